@@ -1,0 +1,546 @@
+// Package allocator hands out IP addresses from a set of CIDRs kept in a
+// store: static (a chosen address) and dynamic (the next free one, in the
+// KEP-3070 bands), for IPv4, IPv6 of any prefix length, and dual-stack.
+//
+// An address is held by at most one owner across all CIDRs and across every
+// allocator sharing the store: uniqueness is the store's create-if-absent,
+// and every creation is fenced on the revision of the CIDR it came from, so a
+// CIDR marked Terminating never receives another address. The allocator
+// keeps only an index of the store (the used addresses as runs in a B+tree,
+// per-prefix counters, the CIDRs), rebuilt from a snapshot on start and kept
+// current by the store's watch. Dynamic allocation never scans: finding a
+// free address is O(log n) in the number of used runs, whatever the prefix
+// size.
+package allocator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"go4.org/netipx"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/finalizer"
+	"github.com/netipam/netipam/internal/runset"
+	"github.com/netipam/netipam/internal/u128"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// Option configures an Allocator.
+type Option func(*config)
+
+type config struct {
+	strategy Strategy
+	policy   Policy
+	excluded []netipx.IPRange
+	logger   *slog.Logger
+	observer Observer
+}
+
+// WithStrategy sets the dynamic strategy (default RandomStart(nil)).
+func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
+
+// WithPolicy sets how to choose among several CIDRs (default OldestFirst()).
+func WithPolicy(p Policy) Option { return func(c *config) { c.policy = p } }
+
+// WithExcluded keeps the given ranges out of every allocation, static or
+// dynamic (for example addresses used outside the allocator's control).
+func WithExcluded(ranges ...netipx.IPRange) Option {
+	return func(c *config) { c.excluded = append(c.excluded, ranges...) }
+}
+
+// WithLogger sets a logger for CIDR lifecycle events. Quiet by default.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithObserver receives allocation outcomes, for metrics.
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+
+// Allocator allocates addresses from the CIDRs of a store. It is safe for
+// concurrent use. Create it with New and Close it when done.
+type Allocator struct {
+	st     store.Store
+	cfg    config
+	fin    finalizer.Reconciler
+	cancel context.CancelFunc
+	kick   chan struct{} // wakes the background reconciler
+	done   chan struct{}
+
+	mu       sync.Mutex
+	rev      int64         // last revision applied
+	revWait  chan struct{} // closed when rev advances, if someone waits
+	waiters  int
+	index    *cidrset.Index
+	used     [2]runset.Set // allocated addresses per family, as applied
+	excluded [2]runset.Set
+	pending  [2]map[u128.U128]struct{} // chosen, creation in flight
+	pools    map[netip.Prefix]*pool
+	cands    []Candidate // scratch for Policy, reused under mu
+}
+
+// pool is the allocation state of one prefix; CIDRs with the same prefix
+// share it.
+type pool struct {
+	prefix      netip.Prefix
+	fam         int
+	first, last u128.U128 // host range
+	lowerLast   u128.U128 // last of the lower band, when hasLower
+	hasLower    bool
+	size        u128.U128 // addresses offered
+	used        u128.U128 // allocated within [first, last]
+	excluded    u128.U128 // excluded within [first, last]
+}
+
+func famIndex(a netip.Addr) int {
+	if a.Is4() {
+		return 0
+	}
+	return 1
+}
+
+func famOf(f ipaddress.Family) (int, bool) {
+	switch f {
+	case ipaddress.IPv4:
+		return 0, true
+	case ipaddress.IPv6:
+		return 1, true
+	}
+	return 0, false
+}
+
+// New returns an allocator over st, in sync with it. It watches st until
+// Close.
+func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
+	a := &Allocator{
+		st:    st,
+		kick:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+		index: cidrset.NewIndex(nil),
+		pools: map[netip.Prefix]*pool{},
+	}
+	for i := range a.pending {
+		a.pending[i] = map[u128.U128]struct{}{}
+	}
+	for _, o := range opts {
+		o(&a.cfg)
+	}
+	if a.cfg.strategy == nil {
+		a.cfg.strategy = RandomStart(nil)
+	}
+	if a.cfg.policy == nil {
+		a.cfg.policy = OldestFirst()
+	}
+	if a.cfg.logger == nil {
+		a.cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range a.cfg.excluded {
+		if !r.IsValid() {
+			return nil, &ipaddress.FieldError{Field: "excluded", Value: r.String(), Detail: "must be a valid address range"}
+		}
+		a.excluded[famIndex(r.From())].AddRange(u128.FromAddr(r.From()), u128.FromAddr(r.To()))
+	}
+	a.fin = finalizer.Reconciler{Store: st, View: view{a}}
+	wctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	if err := st.Watch(wctx, watcher{a}); err != nil {
+		cancel()
+		return nil, err
+	}
+	go a.reconcileLoop(wctx)
+	return a, nil
+}
+
+// Close stops watching the store. It does not close the store.
+func (a *Allocator) Close() error {
+	a.cancel()
+	<-a.done
+	return nil
+}
+
+// Store returns the store the allocator works on.
+func (a *Allocator) Store() store.Store { return a.st }
+
+// AllocateNext allocates a free address of family f to owner, from a live
+// CIDR chosen by the Policy, in its upper band first (KEP-3070).
+func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	recs, err := a.allocate(ctx, owner, []request{{family: f}}, false)
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	return recs[0], nil
+}
+
+// Allocate allocates addr to owner. addr must be inside a live CIDR; the
+// lower band may be used.
+func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	recs, err := a.allocate(ctx, owner, []request{{addr: addr}}, false)
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	return recs[0], nil
+}
+
+// AllocateDualStack allocates one address of each family to owner, both or
+// neither, in one atomic store write. A family may be given a static
+// address; the zero Addr means "the next free one".
+func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.ParentRef, v4, v6 netip.Addr) (ipv4, ipv6 ipaddress.IPAddress, err error) {
+	reqs := []request{{family: ipaddress.IPv4, addr: v4}, {family: ipaddress.IPv6, addr: v6}}
+	for _, r := range reqs {
+		if r.addr.IsValid() && ipaddress.FamilyOf(r.addr) != r.family {
+			return ipv4, ipv6, &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
+		}
+	}
+	recs, err := a.allocate(ctx, owner, reqs, false)
+	if err != nil {
+		return ipv4, ipv6, err
+	}
+	return recs[0], recs[1], nil
+}
+
+// request is one address of an allocation: addr for static, else family.
+type request struct {
+	family ipaddress.Family
+	addr   netip.Addr
+}
+
+// choice is where a request will be served from.
+type choice struct {
+	addr  netip.Addr
+	fence store.Fence
+	pool  netip.Prefix
+}
+
+// maxAttempts bounds the retries of one allocation after the store refused
+// it because another allocator got there first.
+const maxAttempts = 64
+
+// allocate serves reqs atomically and reports the outcome to the observer.
+// With dryRun it only chooses.
+func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool) ([]ipaddress.IPAddress, error) {
+	if a.cfg.observer == nil || dryRun {
+		recs, _, err := a.allocateOnce(ctx, owner, reqs, dryRun)
+		return recs, err
+	}
+	start := time.Now()
+	recs, choices, err := a.allocateOnce(ctx, owner, reqs, dryRun)
+	took := time.Since(start)
+	for i, r := range reqs {
+		ev := AllocationEvent{Scope: ScopeDynamic, Family: r.family, Err: err, Duration: took}
+		if r.addr.IsValid() {
+			ev.Scope, ev.Family = ScopeStatic, ipaddress.FamilyOf(r.addr)
+		}
+		if i < len(choices) {
+			ev.CIDR = choices[i].fence.CIDR
+		}
+		a.cfg.observer.Allocated(ev)
+	}
+	return recs, err
+}
+
+// allocateOnce serves reqs atomically, retrying when another allocator won
+// a race for an address; it returns the last choices made.
+func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool) ([]ipaddress.IPAddress, []choice, error) {
+	if err := owner.Validate(); err != nil {
+		return nil, nil, err
+	}
+	var skip []netip.Addr // taken per the store, though the index did not know yet
+	for attempt := 0; ; attempt++ {
+		choices, err := a.choose(reqs, skip)
+		if err != nil {
+			return nil, nil, err
+		}
+		if dryRun {
+			a.unpend(choices)
+			out := make([]ipaddress.IPAddress, len(choices))
+			for i, c := range choices {
+				out[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
+			}
+			return out, choices, nil
+		}
+		recs := make([]ipaddress.IPAddress, len(choices))
+		fences := make([]store.Fence, 0, len(choices))
+		for i, c := range choices {
+			recs[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
+			if !slices.Contains(fences, c.fence) {
+				fences = append(fences, c.fence)
+			}
+		}
+		created, err := a.st.CreateAddresses(ctx, recs, fences...)
+		a.settle(choices, created)
+		if err == nil {
+			return created, choices, nil
+		}
+		var exists *store.AddressExistsError
+		switch {
+		case errors.As(err, &exists):
+			for _, r := range reqs {
+				if r.addr == exists.Addr {
+					return nil, choices, ErrAllocated
+				}
+			}
+			skip = append(skip, exists.Addr)
+		case errors.Is(err, store.ErrFenced):
+			var fe *store.FencedError
+			if errors.As(err, &fe) {
+				a.refreshCIDR(ctx, fe.Fence.CIDR)
+			}
+		default:
+			return nil, choices, err
+		}
+		if attempt >= maxAttempts {
+			return nil, choices, err
+		}
+	}
+}
+
+// choose picks an address for every request and marks them pending.
+func (a *Allocator) choose(reqs []request, skip []netip.Addr) ([]choice, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]choice, 0, len(reqs))
+	for _, r := range reqs {
+		var c choice
+		var err error
+		if r.addr.IsValid() {
+			c, err = a.chooseStaticLocked(r.addr)
+		} else {
+			c, err = a.chooseNextLocked(r.family, skip)
+		}
+		if err != nil {
+			a.unpendLocked(out)
+			return nil, err
+		}
+		a.pending[famIndex(c.addr)][u128.FromAddr(c.addr)] = struct{}{}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (a *Allocator) unpend(cs []choice) {
+	a.mu.Lock()
+	a.unpendLocked(cs)
+	a.mu.Unlock()
+}
+
+func (a *Allocator) unpendLocked(cs []choice) {
+	for _, c := range cs {
+		delete(a.pending[famIndex(c.addr)], u128.FromAddr(c.addr))
+	}
+}
+
+// settle clears the pending marks and, for stores whose watch lags the
+// write, records the created addresses at once.
+func (a *Allocator) settle(cs []choice, created []ipaddress.IPAddress) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.unpendLocked(cs)
+	for _, r := range created {
+		if r.Revision > a.rev {
+			a.markUsedLocked(r.Addr)
+		}
+	}
+}
+
+func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
+	var live, dying *cidrset.CIDR
+	var livePrefix netip.Prefix
+	var terminating []string
+	a.index.Containing(addr, func(c *cidrset.CIDR, p netip.Prefix) bool {
+		if c.Terminating {
+			if dying == nil || dying.Name != c.Name {
+				terminating = append(terminating, c.Name)
+			}
+			dying = c
+			return true
+		}
+		live, livePrefix = c, p
+		return false
+	})
+	if live == nil {
+		valid := a.livePrefixesLocked(famIndex(addr))
+		if len(valid) == 0 && len(terminating) == 0 {
+			return choice{}, ErrMismatch
+		}
+		slices.Sort(terminating)
+		return choice{}, &RangeError{Addr: addr, Valid: valid, Terminating: slices.Compact(terminating)}
+	}
+	if a.excluded[famIndex(addr)].Contains(u128.FromAddr(addr)) {
+		return choice{}, ErrExcluded
+	}
+	if _, ok := a.pending[famIndex(addr)][u128.FromAddr(addr)]; ok {
+		return choice{}, ErrAllocated
+	}
+	return choice{addr: addr, fence: store.Fence{CIDR: live.Name, Revision: live.Revision}, pool: livePrefix}, nil
+}
+
+func (a *Allocator) livePrefixesLocked(fam int) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range a.index.All() {
+		if c.Terminating {
+			continue
+		}
+		for _, p := range c.Prefixes {
+			if famIndex(p.Addr()) == fam && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (choice, error) {
+	fam, ok := famOf(f)
+	if !ok {
+		return choice{}, &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
+	}
+	cands := a.cands[:0]
+	for _, c := range a.index.All() {
+		if c.Terminating {
+			continue
+		}
+		p, ok := c.Prefix(f)
+		if !ok || slices.ContainsFunc(cands, func(x Candidate) bool { return x.Prefix == p }) {
+			continue
+		}
+		pl := a.pools[p]
+		if pl == nil {
+			continue
+		}
+		cands = append(cands, Candidate{CIDR: c.Name, Prefix: p, Created: c.Created, Used: cidrset.Count(pl.used), Size: cidrset.Count(pl.size)})
+	}
+	a.cands = cands
+	if len(cands) == 0 {
+		return choice{}, ErrMismatch
+	}
+	if len(cands) > 1 {
+		a.cfg.policy.Order(cands)
+	}
+	for _, cand := range cands {
+		pl := a.pools[cand.Prefix]
+		x, ok := a.nextInPoolLocked(pl, skip)
+		if !ok {
+			continue
+		}
+		c, _ := a.index.Get(cand.CIDR)
+		return choice{addr: x.Addr(fam == 0), fence: store.Fence{CIDR: c.Name, Revision: c.Revision}, pool: pl.prefix}, nil
+	}
+	return choice{}, ErrFull
+}
+
+// nextInPoolLocked finds a free address of pl: upper band first, then lower.
+func (a *Allocator) nextInPoolLocked(pl *pool, skip []netip.Addr) (u128.U128, bool) {
+	if pl.size.IsZero() || (pl.excluded.IsZero() && pl.used == pl.size) {
+		return u128.U128{}, false // full, known in O(1)
+	}
+	upperFirst := pl.first
+	if pl.hasLower {
+		upperFirst = pl.lowerLast.Inc()
+	}
+	if x, ok := a.searchBandLocked(pl.fam, upperFirst, pl.last, skip); ok {
+		return x, true
+	}
+	if pl.hasLower {
+		return a.searchBandLocked(pl.fam, pl.first, pl.lowerLast, skip)
+	}
+	return u128.U128{}, false
+}
+
+// searchBandLocked returns a free address of [lo, hi], starting where the
+// strategy says and wrapping around.
+func (a *Allocator) searchBandLocked(fam int, lo, hi u128.U128, skip []netip.Addr) (u128.U128, bool) {
+	start := lo.Add(u128.U128(a.cfg.strategy.Start(cidrset.Count(hi.Sub(lo).Inc()))))
+	if x, ok := a.nextFreeLocked(fam, start, hi, skip); ok {
+		return x, true
+	}
+	if start == lo {
+		return u128.U128{}, false
+	}
+	return a.nextFreeLocked(fam, lo, start.Dec(), skip)
+}
+
+// nextFreeLocked returns the first address of [from, to] that is neither
+// used, excluded, pending nor skipped. Excluded runs are skipped whole, so
+// the loop runs at most once per excluded run, pending and skipped address.
+func (a *Allocator) nextFreeLocked(fam int, from, to u128.U128, skip []netip.Addr) (u128.U128, bool) {
+	for {
+		x, ok := a.used[fam].NextFree(from, to)
+		if !ok {
+			return x, false
+		}
+		next := x
+		if _, end, ok := a.excluded[fam].RunAt(x); ok {
+			next = end
+		} else if _, ok := a.pending[fam][x]; ok {
+		} else if len(skip) > 0 && slices.Contains(skip, x.Addr(fam == 0)) {
+		} else {
+			return x, true
+		}
+		if next == to || next == u128.Max {
+			return u128.U128{}, false
+		}
+		from = next.Inc()
+		if to.Less(from) {
+			return u128.U128{}, false
+		}
+	}
+}
+
+// Release frees addr, whatever the state of the CIDR it is in. Releasing an
+// address inside a Terminating CIDR re-checks whether that CIDR may go.
+func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
+	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return err
+	}
+	if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	var dying []string
+	a.index.Containing(addr, func(c *cidrset.CIDR, _ netip.Prefix) bool {
+		if c.Terminating && !slices.Contains(dying, c.Name) {
+			dying = append(dying, c.Name)
+		}
+		return true
+	})
+	a.mu.Unlock()
+	for _, name := range dying {
+		if _, err := a.fin.Reconcile(ctx, name); err != nil {
+			a.cfg.logger.Warn("re-checking terminating CIDR", "cidr", name, "err", err)
+		}
+	}
+	return nil
+}
+
+// Get returns the record of addr from the store.
+func (a *Allocator) Get(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	return a.st.GetAddress(ctx, addr)
+}
+
+// AddressesOf returns the records owner holds, through the store's owner index.
+func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	return a.st.AddressesOf(ctx, owner)
+}
+
+// ReleaseOwner releases every address owner holds and returns them.
+func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef) ([]netip.Addr, error) {
+	recs, err := a.st.AddressesOf(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, r := range recs {
+		if err := a.Release(ctx, r.Addr); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return out, err
+		}
+		out = append(out, r.Addr)
+	}
+	return out, nil
+}

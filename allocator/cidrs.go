@@ -1,0 +1,179 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store"
+)
+
+// CIDRs returns the CIDRs the allocator knows, sorted by name.
+func (a *Allocator) CIDRs() []cidrset.CIDR {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	all := a.index.All()
+	out := make([]cidrset.CIDR, len(all))
+	for i, c := range all {
+		out[i] = c.Clone()
+	}
+	return out
+}
+
+// GetCIDR returns the CIDR named name, as the allocator knows it.
+func (a *Allocator) GetCIDR(name string) (cidrset.CIDR, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.index.Get(name)
+	if !ok {
+		return cidrset.CIDR{}, &NotFoundError{Kind: "CIDR", Name: name}
+	}
+	return c.Clone(), nil
+}
+
+// NotFoundError names what was not found. It matches ErrNotFound.
+type NotFoundError struct{ Kind, Name string }
+
+func (e *NotFoundError) Error() string { return e.Kind + " " + e.Name + " not found" }
+
+// Is matches ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+// CreateCIDR creates a CIDR serving prefixes (one, or one per family). It
+// may overlap, or equal, existing CIDRs: addresses stay unique across all.
+// A new CIDR may unblock the deletion of a Terminating one it covers.
+func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	c := cidrset.CIDR{Name: name, Prefixes: prefixes}
+	if err := c.Validate(); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	created, err := a.st.CreateCIDR(ctx, c)
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	if err := a.WaitRevision(ctx, created.Revision); err != nil {
+		return created, err
+	}
+	a.cfg.logger.Info("CIDR created", "cidr", name, "prefixes", prefixes)
+	a.reconcileTerminating(ctx)
+	return created, nil
+}
+
+// UpdateCIDR changes the prefixes of a CIDR. The only change allowed is
+// single-stack to dual-stack with the first prefix unchanged
+// (cidrset.ValidateUpdate).
+func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	for {
+		old, err := a.st.GetCIDR(ctx, name)
+		if err != nil {
+			return cidrset.CIDR{}, err
+		}
+		upd := old.Clone()
+		upd.Prefixes = slices.Clone(prefixes)
+		if err := cidrset.ValidateUpdate(old, upd); err != nil {
+			return cidrset.CIDR{}, err
+		}
+		got, err := a.st.UpdateCIDR(ctx, upd)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return cidrset.CIDR{}, err
+		}
+		if err := a.WaitRevision(ctx, got.Revision); err != nil {
+			return got, err
+		}
+		a.reconcileTerminating(ctx)
+		return got, nil
+	}
+}
+
+// DeleteCIDR requests the deletion of a CIDR: it is marked Terminating at
+// once (from then on it serves no new allocation, in this or any allocator
+// sharing the store) and removed as soon as no address would be orphaned.
+// It returns nil when the CIDR is gone, or a *DeletionBlockedError (matching
+// ErrDeletionBlocked) naming the addresses that hold it; the CIDR then stays
+// Terminating and is removed by the allocator once they are released or a
+// covering CIDR appears.
+func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
+	for {
+		c, err := a.st.GetCIDR(ctx, name)
+		if err != nil {
+			return err
+		}
+		if c.Terminating {
+			break
+		}
+		c.Terminating = true
+		_, err = a.st.UpdateCIDR(ctx, c)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		a.cfg.logger.Info("CIDR terminating", "cidr", name)
+		break
+	}
+	res, err := a.fin.Reconcile(ctx, name)
+	if err != nil {
+		return err
+	}
+	if res.Removed {
+		a.cfg.logger.Info("CIDR removed", "cidr", name)
+		return nil
+	}
+	return &DeletionBlockedError{CIDR: name, Blocking: res.Blocking}
+}
+
+// reconcileTerminating re-checks every Terminating CIDR now.
+func (a *Allocator) reconcileTerminating(ctx context.Context) {
+	for _, c := range a.CIDRs() {
+		if !c.Terminating {
+			continue
+		}
+		res, err := a.fin.Reconcile(ctx, c.Name)
+		switch {
+		case err != nil:
+			a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", c.Name, "err", err)
+		case res.Removed:
+			a.cfg.logger.Info("CIDR removed", "cidr", c.Name)
+		}
+	}
+}
+
+// EnsureDefault makes sure the default CIDR (cidrset.DefaultName) exists
+// with prefixes, creating it if missing. The one change it makes to an
+// existing default CIDR is single- to dual-stack, when the configuration
+// adds the other family and the first prefix matches; any other difference
+// is ErrDefaultMismatch and the stored CIDR is kept.
+func (a *Allocator) EnsureDefault(ctx context.Context, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	for {
+		cur, err := a.st.GetCIDR(ctx, cidrset.DefaultName)
+		if isNotFound(err) {
+			c, err := a.CreateCIDR(ctx, cidrset.DefaultName, prefixes...)
+			if errors.Is(err, store.ErrExists) {
+				continue // another allocator created it first
+			}
+			return c, err
+		}
+		if err != nil {
+			return cidrset.CIDR{}, err
+		}
+		if slices.Equal(cur.Prefixes, prefixes) {
+			return cur, nil
+		}
+		if len(cur.Prefixes) == 1 && len(prefixes) == 2 && cur.Prefixes[0] == prefixes[0] {
+			c, err := a.UpdateCIDR(ctx, cidrset.DefaultName, prefixes...)
+			if err != nil {
+				return cidrset.CIDR{}, err
+			}
+			return c, nil
+		}
+		return cur, ErrDefaultMismatch
+	}
+}

@@ -1,0 +1,81 @@
+package allocator
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/finalizer"
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// DryRun answers what an operation would do, writing nothing. Answers are
+// as of the allocator's current index: a later real call may differ if the
+// store changes in between.
+type DryRun struct{ a *Allocator }
+
+// DryRun returns the dry-run view of a.
+func (a *Allocator) DryRun() DryRun { return DryRun{a} }
+
+// AllocateNext returns the address AllocateNext would choose now. With a
+// random strategy the real call may choose another.
+func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (netip.Addr, error) {
+	recs, err := d.a.allocate(ctx, owner, []request{{family: f}}, true)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return recs[0].Addr, nil
+}
+
+// Allocate reports whether Allocate(addr, owner) would succeed now.
+func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) error {
+	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return err
+	}
+	if _, err := d.a.allocate(ctx, owner, []request{{addr: addr}}, true); err != nil {
+		return err
+	}
+	if _, err := d.a.st.GetAddress(ctx, addr); err == nil {
+		return ErrAllocated
+	} else if !isNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// CreateCIDR validates a CIDR as CreateCIDR would.
+func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) error {
+	c := cidrset.CIDR{Name: name, Prefixes: prefixes}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if _, err := d.a.st.GetCIDR(ctx, name); err == nil {
+		return &ExistsError{Kind: "CIDR", Name: name}
+	} else if !isNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// DeleteCIDR tells whether deleting the CIDR now would remove it at once,
+// and if not which addresses would hold it.
+func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision, error) {
+	c, err := d.a.st.GetCIDR(ctx, name)
+	if err != nil {
+		return finalizer.Decision{}, err
+	}
+	if err := d.a.WaitRevision(ctx, c.Revision); err != nil {
+		return finalizer.Decision{}, err
+	}
+	c.Terminating = true
+	v := view{d.a}
+	return finalizer.Decide(c, v.CIDRs(), v.Used), nil
+}
+
+// ExistsError names what exists already. It matches ErrExists.
+type ExistsError struct{ Kind, Name string }
+
+func (e *ExistsError) Error() string { return e.Kind + " " + e.Name + " already exists" }
+
+// Is matches ErrExists.
+func (e *ExistsError) Is(target error) bool { return target == ErrExists }

@@ -1,0 +1,35 @@
+package allocator
+
+import (
+	"time"
+
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// Scope tells static from dynamic allocations, as the Kubernetes metrics do.
+type Scope string
+
+// Scopes.
+const (
+	ScopeStatic  Scope = "static"
+	ScopeDynamic Scope = "dynamic"
+)
+
+// AllocationEvent is the outcome of one requested address.
+type AllocationEvent struct {
+	Scope  Scope
+	Family ipaddress.Family
+	// CIDR is the CIDR the address was (or would have been) taken from;
+	// empty when none was chosen.
+	CIDR     string
+	Err      error
+	Duration time.Duration
+}
+
+// Observer receives allocation outcomes, for metrics. Allocated is called
+// after every allocation attempt, from the calling goroutine, outside the
+// allocator's locks; it must be safe for concurrent use. Per-CIDR usage is
+// read with Usage, which costs O(CIDRs), not O(addresses).
+type Observer interface {
+	Allocated(AllocationEvent)
+}

@@ -1,0 +1,97 @@
+package allocator
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/u128"
+)
+
+// Strategy chooses where, inside a band, dynamic allocation starts looking:
+// the allocator takes the first free address at or after that point,
+// wrapping around to the band's start. Start is called with the allocator's
+// lock held, never concurrently.
+type Strategy interface {
+	// Start returns an offset in [0, n) for a band of n addresses (n >= 1).
+	Start(n cidrset.Count) cidrset.Count
+}
+
+type randomStart struct{ next func() uint64 }
+
+func (s randomStart) Start(n cidrset.Count) cidrset.Count {
+	return cidrset.Count(u128.RandBelow(u128.U128(n), s.next))
+}
+
+// RandomStart is the Kubernetes strategy and the default: a uniformly random
+// starting point, then the first free address upward. With src nil it uses
+// math/rand/v2's global source; pass a seeded source for reproducible runs.
+func RandomStart(src rand.Source) Strategy {
+	if src == nil {
+		return randomStart{next: rand.Uint64}
+	}
+	return randomStart{next: src.Uint64}
+}
+
+type sequential struct{}
+
+func (sequential) Start(cidrset.Count) cidrset.Count { return cidrset.Count{} }
+
+// Sequential always takes the lowest free address of a band.
+func Sequential() Strategy { return sequential{} }
+
+// Candidate is one prefix that can serve a dynamic allocation.
+type Candidate struct {
+	CIDR    string
+	Prefix  netip.Prefix
+	Created time.Time
+	// Used and Size count the addresses the prefix offers.
+	Used, Size cidrset.Count
+}
+
+// Policy orders the candidates of a dynamic allocation when more than one
+// live CIDR serves the family; the allocator tries them in that order,
+// skipping full ones. Order is called with the allocator's lock held.
+type Policy interface {
+	Order(cands []Candidate)
+}
+
+// PolicyFunc adapts a function to Policy.
+type PolicyFunc func(cands []Candidate)
+
+// Order calls f.
+func (f PolicyFunc) Order(cands []Candidate) { f(cands) }
+
+// OldestFirst, the default, fills the oldest CIDR first (by creation time,
+// then name): addresses stay in the original range until it is full, and a
+// CIDR added to extend the range takes over only then.
+func OldestFirst() Policy {
+	return PolicyFunc(func(c []Candidate) {
+		slices.SortStableFunc(c, func(a, b Candidate) int {
+			if d := a.Created.Compare(b.Created); d != 0 {
+				return d
+			}
+			return strings.Compare(a.CIDR, b.CIDR)
+		})
+	})
+}
+
+// MostFree prefers the CIDR with the most free addresses, spreading load.
+func MostFree() Policy {
+	return PolicyFunc(func(c []Candidate) {
+		slices.SortStableFunc(c, func(a, b Candidate) int {
+			return b.Size.Sub(b.Used).Cmp(a.Size.Sub(a.Used))
+		})
+	})
+}
+
+// RandomOrder tries the CIDRs in random order, as the Kubernetes allocator
+// does through Go's map order.
+func RandomOrder() Policy {
+	return PolicyFunc(func(c []Candidate) {
+		rand.Shuffle(len(c), func(i, j int) { c[i], c[j] = c[j], c[i] })
+	})
+}

@@ -1,0 +1,148 @@
+// Package finalizer decides when a CIDR being deleted may be removed, and
+// applies that decision against a store.
+//
+// The rule (KEP-1880, with one deliberate change): a Terminating CIDR may be
+// removed when no allocated address inside it would be left outside every
+// live CIDR. Unlike the reference, a covering CIDR counts only if it is not
+// Terminating itself, so two overlapping CIDRs deleted together never orphan
+// an address; and the removal is fenced in the store on the revisions the
+// decision read, so no grace period is needed.
+package finalizer
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"go4.org/netipx"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store"
+)
+
+// MaxBlocking is how many blocking addresses a Decision lists at most.
+const MaxBlocking = 16
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	// Remove is true when the CIDR may be removed (its finalizer released).
+	Remove bool
+	// Blocking lists, ascending, up to MaxBlocking allocated addresses that
+	// no other live CIDR contains; empty when Remove.
+	Blocking []netip.Addr
+	// Fences are the live CIDRs whose coverage the decision relied on: the
+	// removal must be fenced on them.
+	Fences []store.Fence
+}
+
+// Condition returns the Ready condition the CIDR carries while the decision
+// holds.
+func (d Decision) Condition(c cidrset.CIDR) cidrset.Condition {
+	c.Terminating = !d.Remove || c.Terminating
+	return c.Ready()
+}
+
+// Decide decides whether target may be removed. others are the other CIDRs
+// (any state; Terminating ones and target itself are ignored). used returns
+// the allocated addresses inside a prefix of target as ascending ranges; it
+// is asked only about target's prefixes, so the cost does not depend on how
+// many addresses lie outside target. Addresses that are a prefix's network
+// address or IPv4 broadcast never block.
+func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) []netipx.IPRange) Decision {
+	var live []cidrset.CIDR
+	for _, o := range others {
+		if !o.Terminating && o.Name != target.Name {
+			live = append(live, o)
+		}
+	}
+	var d Decision
+	relied := map[string]int64{}
+	for _, p := range target.Prefixes {
+		host, ok := cidrset.HostRange(p)
+		if !ok {
+			continue
+		}
+		if c, ok := coveringPrefix(live, p); ok {
+			relied[c.Name] = c.Revision
+			continue
+		}
+		var cover netipx.IPSetBuilder
+		var overlapping []cidrset.CIDR
+		for _, o := range live {
+			for _, q := range o.Prefixes {
+				if r, ok := cidrset.HostRange(q); ok && q.Overlaps(p) {
+					cover.AddRange(r)
+					overlapping = append(overlapping, o)
+				}
+			}
+		}
+		covered, _ := cover.IPSet()
+		for _, r := range used(p) {
+			r, ok := intersect(r, host)
+			if !ok || (covered != nil && covered.ContainsRange(r)) {
+				continue
+			}
+			d.Blocking = appendUncovered(d.Blocking, r, covered)
+			if len(d.Blocking) >= MaxBlocking {
+				break
+			}
+		}
+		for _, o := range overlapping {
+			relied[o.Name] = o.Revision
+		}
+	}
+	if len(d.Blocking) > 0 {
+		return d
+	}
+	d.Remove = true
+	for name, rev := range relied {
+		d.Fences = append(d.Fences, store.Fence{CIDR: name, Revision: rev})
+	}
+	slices.SortFunc(d.Fences, func(a, b store.Fence) int { return strings.Compare(a.CIDR, b.CIDR) })
+	return d
+}
+
+// coveringPrefix returns a live CIDR with a prefix containing all of p.
+func coveringPrefix(live []cidrset.CIDR, p netip.Prefix) (cidrset.CIDR, bool) {
+	for _, o := range live {
+		for _, q := range o.Prefixes {
+			if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+				return o, true
+			}
+		}
+	}
+	return cidrset.CIDR{}, false
+}
+
+func intersect(a, b netipx.IPRange) (netipx.IPRange, bool) {
+	from, to := a.From(), a.To()
+	if from.Less(b.From()) {
+		from = b.From()
+	}
+	if b.To().Less(to) {
+		to = b.To()
+	}
+	if to.Less(from) {
+		return netipx.IPRange{}, false
+	}
+	return netipx.IPRangeFrom(from, to), true
+}
+
+// appendUncovered appends the addresses of r outside covered, up to MaxBlocking in all.
+func appendUncovered(dst []netip.Addr, r netipx.IPRange, covered *netipx.IPSet) []netip.Addr {
+	var b netipx.IPSetBuilder
+	b.AddRange(r)
+	if covered != nil {
+		b.RemoveSet(covered)
+	}
+	left, _ := b.IPSet()
+	for _, lr := range left.Ranges() {
+		for a := lr.From(); len(dst) < MaxBlocking; a = a.Next() {
+			dst = append(dst, a)
+			if a == lr.To() {
+				break
+			}
+		}
+	}
+	return dst
+}

@@ -1,0 +1,89 @@
+package finalizer
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+
+	"go4.org/netipx"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store"
+)
+
+// View is what the reconciler reads besides the store: an allocator's index
+// of it.
+type View interface {
+	// WaitRevision blocks until the view reflects the store at revision rev
+	// or later.
+	WaitRevision(ctx context.Context, rev int64) error
+	// CIDRs returns every CIDR the view knows.
+	CIDRs() []cidrset.CIDR
+	// Used returns the allocated addresses inside p, as ascending ranges.
+	Used(p netip.Prefix) []netipx.IPRange
+}
+
+// Reconciler applies Decide to a CIDR in a store.
+type Reconciler struct {
+	Store store.Store
+	View  View
+}
+
+// Result is the outcome of Reconcile.
+type Result struct {
+	Decision
+	// Removed is true when the CIDR is gone from the store (removed now, or
+	// already gone).
+	Removed bool
+	// CIDR is the CIDR as last read; zero when it was already gone.
+	CIDR cidrset.CIDR
+}
+
+// maxAttempts bounds retries after a fence failed because another writer
+// changed a CIDR the decision read.
+const maxAttempts = 20
+
+// Reconcile removes the CIDR named name if it is Terminating and Decide
+// allows it. The removal is fenced on the CIDR's revision and on every live
+// CIDR the decision relied on, so an allocation or deletion racing with it
+// makes it retry rather than orphan an address. A CIDR that is not
+// Terminating is left alone.
+func (r Reconciler) Reconcile(ctx context.Context, name string) (Result, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := r.Store.GetCIDR(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return Result{Decision: Decision{Remove: true}, Removed: true}, nil
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		if !c.Terminating {
+			return Result{CIDR: c}, nil
+		}
+		if err := r.View.WaitRevision(ctx, c.Revision); err != nil {
+			return Result{}, err
+		}
+		d := Decide(c, r.View.CIDRs(), r.View.Used)
+		if !d.Remove {
+			return Result{Decision: d, CIDR: c}, nil
+		}
+		err = r.Store.DeleteCIDR(ctx, name, c.Revision, d.Fences...)
+		switch {
+		case err == nil, errors.Is(err, store.ErrNotFound):
+			return Result{Decision: d, Removed: true, CIDR: c}, nil
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced):
+			if attempt >= maxAttempts {
+				return Result{}, err
+			}
+			// Another writer changed a CIDR we read; let the view catch up.
+			select {
+			case <-ctx.Done():
+				return Result{}, ctx.Err()
+			case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+			}
+		default:
+			return Result{}, err
+		}
+	}
+}

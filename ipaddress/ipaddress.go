@@ -1,0 +1,101 @@
+// Package ipaddress defines the allocation record of one IP address (the
+// IPAddress object of KEP-1880), its owner reference, and strict parsing of
+// addresses into their canonical form.
+//
+// An address is held by at most one owner: the canonical address is the
+// record's name and the unit of uniqueness in every store.
+package ipaddress
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Labels the Kubernetes allocator sets on every IPAddress object.
+const (
+	LabelIPFamily      = "ipaddress.kubernetes.io/ip-family"
+	LabelManagedBy     = "ipaddress.kubernetes.io/managed-by"
+	ManagedByAllocator = "ipallocator.k8s.io"
+)
+
+// Family is an IP address family. The zero value means "unspecified".
+type Family uint8
+
+// The two families; their values are the IP version numbers.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+// FamilyOf returns the family of a, or 0 for the zero Addr.
+func FamilyOf(a netip.Addr) Family {
+	switch {
+	case a.Is4():
+		return IPv4
+	case a.Is6():
+		return IPv6
+	}
+	return 0
+}
+
+// String returns "IPv4", "IPv6" or "unspecified".
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "IPv4"
+	case IPv6:
+		return "IPv6"
+	}
+	return "unspecified"
+}
+
+// Bits returns the address length in bits: 32, 128, or 0 when unspecified.
+func (f Family) Bits() int {
+	switch f {
+	case IPv4:
+		return 32
+	case IPv6:
+		return 128
+	}
+	return 0
+}
+
+// ParentRef names the owner of an address, for example the Service
+// default/kubernetes. Resource and Name are required; Group and Namespace
+// are optional. A ParentRef is immutable once its record is created.
+// The zero value is not a valid reference.
+type ParentRef struct {
+	Group     string
+	Resource  string
+	Namespace string
+	Name      string
+}
+
+// IPAddress is the allocation record of one address.
+type IPAddress struct {
+	// Addr is the allocated address, in canonical form (never IPv4-mapped, no zone).
+	Addr netip.Addr
+	// Parent is the owner holding Addr.
+	Parent ParentRef
+	// Created is when the record was stored; set by the store.
+	Created time.Time
+	// Revision is the store revision that created the record; set by the
+	// store, 0 before. Records are never updated, so it is also the last
+	// modification.
+	Revision int64
+}
+
+// Name returns the record's name: the address in canonical form.
+func (a IPAddress) Name() string { return a.Addr.String() }
+
+// Family returns the family of the address.
+func (a IPAddress) Family() Family { return FamilyOf(a.Addr) }
+
+// Labels returns the labels the Kubernetes allocator sets on the record.
+// They are derived from the address, never stored.
+func (a IPAddress) Labels() map[string]string {
+	return map[string]string{
+		LabelIPFamily:  a.Family().String(),
+		LabelManagedBy: ManagedByAllocator,
+	}
+}

@@ -1,0 +1,305 @@
+// Package memory is the in-process Store: the embedded default. It is what
+// etcd-io/raft's MemoryStorage is to raft: complete, fast, and lost when the
+// process exits.
+//
+// Watchers are called synchronously, in the writing goroutine, while the
+// store is locked: an allocator's index is current the moment a write
+// returns.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock that stamps Created (for tests).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// Store is an in-memory store.Store. The zero value is not usable; call New.
+type Store struct {
+	mu       sync.Mutex
+	closed   bool
+	rev      int64
+	now      func() time.Time
+	cidrs    map[string]cidrset.CIDR
+	addrs    map[netip.Addr]record
+	owners   map[ipaddress.ParentRef][]netip.Addr
+	watchers map[*watcher]struct{}
+}
+
+// record is an address record without its key. Created is kept as Unix
+// nanoseconds: a time.Time would cost 24 bytes per address.
+type record struct {
+	parent  ipaddress.ParentRef
+	created int64
+	rev     int64
+}
+
+type watcher struct{ w store.Watcher }
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{
+		now:      time.Now,
+		cidrs:    make(map[string]cidrset.CIDR),
+		addrs:    make(map[netip.Addr]record),
+		owners:   make(map[ipaddress.ParentRef][]netip.Addr),
+		watchers: make(map[*watcher]struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) notify(e store.Event) {
+	for w := range s.watchers {
+		w.w.Apply(e)
+	}
+}
+
+// CreateCIDR implements store.Store.
+func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.lock(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	defer s.mu.Unlock()
+	if _, ok := s.cidrs[c.Name]; ok {
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
+	}
+	s.rev++
+	c = c.Clone()
+	c.Created = s.now()
+	c.Revision = s.rev
+	s.cidrs[c.Name] = c
+	s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
+	return c.Clone(), nil
+}
+
+// UpdateCIDR implements store.Store.
+func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.lock(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	defer s.mu.Unlock()
+	old, ok := s.cidrs[c.Name]
+	if !ok {
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrNotFound)
+	}
+	if old.Revision != c.Revision {
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q at revision %d, not %d: %w", c.Name, old.Revision, c.Revision, store.ErrConflict)
+	}
+	s.rev++
+	c = c.Clone()
+	c.Created = old.Created
+	c.Revision = s.rev
+	s.cidrs[c.Name] = c
+	s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
+	return c.Clone(), nil
+}
+
+// checkFences reports the first fence that does not hold. Callers hold mu.
+func (s *Store) checkFences(fences []store.Fence) error {
+	for _, f := range fences {
+		if c, ok := s.cidrs[f.CIDR]; !ok || c.Revision != f.Revision {
+			return &store.FencedError{Fence: f}
+		}
+	}
+	return nil
+}
+
+// DeleteCIDR implements store.Store.
+func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences ...store.Fence) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	old, ok := s.cidrs[name]
+	if !ok {
+		return fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+	}
+	if old.Revision != rev {
+		return fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, old.Revision, rev, store.ErrConflict)
+	}
+	if err := s.checkFences(fences); err != nil {
+		return err
+	}
+	s.rev++
+	delete(s.cidrs, name)
+	s.notify(store.Event{Kind: store.CIDRDeleted, Revision: s.rev, CIDR: old})
+	return nil
+}
+
+// GetCIDR implements store.Store.
+func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
+	if err := s.lock(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	defer s.mu.Unlock()
+	c, ok := s.cidrs[name]
+	if !ok {
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+	}
+	return c.Clone(), nil
+}
+
+// CreateAddresses implements store.Store.
+func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	for i, r := range recs {
+		if _, ok := s.addrs[r.Addr]; ok {
+			return nil, &store.AddressExistsError{Addr: r.Addr}
+		}
+		for _, prev := range recs[:i] {
+			if prev.Addr == r.Addr {
+				return nil, &store.AddressExistsError{Addr: r.Addr}
+			}
+		}
+	}
+	if err := s.checkFences(fences); err != nil {
+		return nil, err
+	}
+	s.rev++
+	now := s.now()
+	out := make([]ipaddress.IPAddress, len(recs))
+	for i, r := range recs {
+		r.Created, r.Revision = now, s.rev
+		s.addrs[r.Addr] = record{parent: r.Parent, created: now.UnixNano(), rev: s.rev}
+		s.owners[r.Parent] = append(s.owners[r.Parent], r.Addr)
+		out[i] = r
+		s.notify(store.Event{Kind: store.AddressPut, Revision: s.rev, Address: r})
+	}
+	return out, nil
+}
+
+func (r record) toAddress(a netip.Addr) ipaddress.IPAddress {
+	return ipaddress.IPAddress{Addr: a, Parent: r.parent, Created: time.Unix(0, r.created), Revision: r.rev}
+}
+
+// DeleteAddress implements store.Store.
+func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	defer s.mu.Unlock()
+	r, ok := s.addrs[addr]
+	if !ok {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	delete(s.addrs, addr)
+	held := s.owners[r.parent]
+	if i := slices.Index(held, addr); i >= 0 {
+		held = slices.Delete(held, i, i+1)
+	}
+	if len(held) == 0 {
+		delete(s.owners, r.parent)
+	} else {
+		s.owners[r.parent] = held
+	}
+	s.rev++
+	rec := r.toAddress(addr)
+	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: rec})
+	return rec, nil
+}
+
+// GetAddress implements store.Store.
+func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	defer s.mu.Unlock()
+	r, ok := s.addrs[addr]
+	if !ok {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	return r.toAddress(addr), nil
+}
+
+// AddressesOf implements store.Store.
+func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	held := s.owners[owner]
+	out := make([]ipaddress.IPAddress, 0, len(held))
+	for _, a := range held {
+		out = append(out, s.addrs[a].toAddress(a))
+	}
+	return out, nil
+}
+
+// ListAddresses implements store.Store.
+func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]ipaddress.IPAddress, 0, len(s.addrs))
+	for a, r := range s.addrs {
+		out = append(out, r.toAddress(a))
+	}
+	slices.SortFunc(out, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	return out, nil
+}
+
+// Watch implements store.Store. Apply runs in the writer's goroutine.
+func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	snap := store.Snapshot{Revision: s.rev, Addrs: make([]netip.Addr, 0, len(s.addrs))}
+	for _, c := range s.cidrs {
+		snap.CIDRs = append(snap.CIDRs, c.Clone())
+	}
+	for a := range s.addrs {
+		snap.Addrs = append(snap.Addrs, a)
+	}
+	w.Reset(snap)
+	reg := &watcher{w: w}
+	s.watchers[reg] = struct{}{}
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		delete(s.watchers, reg)
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	clear(s.watchers)
+	return nil
+}

@@ -1,0 +1,150 @@
+// Package store defines where CIDR objects and address records live: the
+// Store interface, its errors, and the watch that keeps allocators sharing a
+// store current. The store is the single source of truth; allocators keep
+// only indexes rebuilt from it.
+//
+// Implementations: store/memory (in-process, the default), store/bolt (one
+// file, one node) and the etcd store in its own module. Every implementation
+// runs the conformance suite in store/storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// Errors returned by every Store. Implementations wrap them with detail;
+// test with errors.Is.
+var (
+	// ErrNotFound: no CIDR or address record of that name.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a CIDR of that name, or a record of that address, exists.
+	ErrExists = errors.New("already exists")
+	// ErrConflict: the object changed since the revision the caller read.
+	ErrConflict = errors.New("object has been modified")
+	// ErrFenced: a CIDR named in a Fence changed or disappeared since the
+	// caller read it, so the write was refused.
+	ErrFenced = errors.New("fenced: CIDR changed since it was read")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+	// ErrCorrupt: a stored value could not be decoded.
+	ErrCorrupt = errors.New("stored value cannot be decoded")
+)
+
+// AddressExistsError reports which address of a create was already taken.
+// It matches ErrExists.
+type AddressExistsError struct {
+	Addr netip.Addr
+}
+
+func (e *AddressExistsError) Error() string {
+	return fmt.Sprintf("address %s: %v", e.Addr, ErrExists)
+}
+
+// Is makes errors.Is(err, ErrExists) true.
+func (e *AddressExistsError) Is(target error) bool { return target == ErrExists }
+
+// FencedError reports which fence failed. It matches ErrFenced.
+type FencedError struct {
+	Fence Fence
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("CIDR %q changed since revision %d: %v", e.Fence.CIDR, e.Fence.Revision, ErrFenced)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// Fence is a condition of a write: the CIDR named must still exist with
+// exactly this revision. An allocator fences every address creation on the
+// CIDR it allocated from, so marking a CIDR Terminating (which changes its
+// revision) stops every allocation decided before the mark.
+type Fence struct {
+	CIDR     string
+	Revision int64
+}
+
+// Store holds CIDR objects and address records. Every write is atomic and
+// gets a new revision, strictly increasing across the store. All methods are
+// safe for concurrent use, also by several processes where the
+// implementation is shared (etcd).
+type Store interface {
+	// CreateCIDR stores a new CIDR; it sets Created and Revision and returns
+	// the stored object. ErrExists if the name is taken.
+	CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error)
+	// UpdateCIDR replaces a CIDR whose stored revision is c.Revision.
+	// ErrConflict if it changed since, ErrNotFound if it is gone.
+	// Created is kept from the stored object.
+	UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error)
+	// DeleteCIDR removes the CIDR if its revision is still rev and every
+	// fence holds: ErrConflict or ErrFenced otherwise, ErrNotFound if gone.
+	DeleteCIDR(ctx context.Context, name string, rev int64, fences ...Fence) error
+	// GetCIDR returns one CIDR.
+	GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error)
+
+	// CreateAddresses stores all records or none: an *AddressExistsError
+	// if any address is held, an *FencedError if a fence fails. It sets
+	// Created and Revision (one revision for the whole batch).
+	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
+	// DeleteAddress removes the record of addr and returns it.
+	DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
+	// GetAddress returns the record of addr.
+	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
+	// AddressesOf returns the records held by owner, through an index.
+	AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error)
+	// ListAddresses returns every record; for repair and tools, not hot paths.
+	ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error)
+
+	// Watch delivers the store's state to w: first w.Reset with a
+	// consistent snapshot, then w.Apply with every later change, in
+	// revision order, until ctx is done. It returns after the first Reset
+	// was delivered, so the caller is in sync once Watch returns. If
+	// changes are lost (a compacted or broken watch), it calls Reset again
+	// with a fresh snapshot and resumes.
+	Watch(ctx context.Context, w Watcher) error
+
+	// Close releases the store's resources. Later calls return ErrClosed.
+	Close() error
+}
+
+// Snapshot is the whole state of a store at one revision.
+type Snapshot struct {
+	Revision int64
+	CIDRs    []cidrset.CIDR
+	// Addrs holds every allocated address, in no particular order.
+	Addrs []netip.Addr
+}
+
+// EventKind says what an Event changed.
+type EventKind uint8
+
+// Event kinds.
+const (
+	CIDRPut EventKind = iota + 1
+	CIDRDeleted
+	AddressPut
+	AddressDeleted
+)
+
+// Event is one change. CIDR is set for CIDR events (for CIDRDeleted only its
+// Name is certain), Address for address events.
+type Event struct {
+	Kind     EventKind
+	Revision int64
+	CIDR     cidrset.CIDR
+	Address  ipaddress.IPAddress
+}
+
+// Watcher receives a store's state. Calls are never concurrent and come in
+// revision order. Apply may be called while the store holds internal locks:
+// it must return quickly and must not call the store.
+type Watcher interface {
+	Reset(s Snapshot)
+	Apply(e Event)
+}
