@@ -1,0 +1,546 @@
+// Package storetest is the conformance suite every store.Store runs from its
+// own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { return memory.New() })
+//	}
+//
+// It checks the contract allocators rely on: create-if-absent uniqueness
+// under concurrency, fencing on CIDR revisions, strictly increasing
+// revisions, the owner index, and a watch that delivers every change in
+// order.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// NewStore returns a new, empty store for one test. The suite closes it.
+type NewStore func(t *testing.T) store.Store
+
+// Run runs every conformance test against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, store.Store)
+	}{
+		{"CIDRCreateGetAndExists", testCIDRCreate},
+		{"CIDRUpdateIsOptimistic", testCIDRUpdate},
+		{"CIDRDeleteIsFencedOnRevisions", testCIDRDelete},
+		{"AddressCreateGetDelete", testAddressLifecycle},
+		{"AddressBatchIsAllOrNothing", testAddressBatch},
+		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
+		{"OwnerIndex", testOwnerIndex},
+		{"RevisionsStrictlyIncrease", testRevisions},
+		{"WatchResetThenEveryChangeInOrder", testWatch},
+		{"WatchStopsWithContext", testWatchStops},
+		{"ConcurrentCreatesOfOneAddressHaveOneWinner", testRaceOneWinner},
+		{"FencedCreatesRacingACIDRUpdate", testRaceFence},
+		{"ConcurrentDistinctCreatesAllSucceed", testDistinctCreates},
+		{"ClosedStoreRefusesCalls", testClosed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tc.fn(t, s)
+		})
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func ip(s string) netip.Addr    { return netip.MustParseAddr(s) }
+
+func owner(name string) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: name}
+}
+
+func mustCIDR(t *testing.T, s store.Store, name string, prefixes ...string) cidrset.CIDR {
+	t.Helper()
+	c := cidrset.CIDR{Name: name}
+	for _, p := range prefixes {
+		c.Prefixes = append(c.Prefixes, pfx(p))
+	}
+	got, err := s.CreateCIDR(ctxT(t), c)
+	if err != nil {
+		t.Fatalf("CreateCIDR(%s): %v", name, err)
+	}
+	return got
+}
+
+func fenceOf(c cidrset.CIDR) store.Fence { return store.Fence{CIDR: c.Name, Revision: c.Revision} }
+
+func mustAddr(t *testing.T, s store.Store, addr, ownerName string, fences ...store.Fence) ipaddress.IPAddress {
+	t.Helper()
+	recs, err := s.CreateAddresses(ctxT(t), []ipaddress.IPAddress{{Addr: ip(addr), Parent: owner(ownerName)}}, fences...)
+	if err != nil {
+		t.Fatalf("CreateAddresses(%s): %v", addr, err)
+	}
+	return recs[0]
+}
+
+func testCIDRCreate(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	before := time.Now().Add(-time.Minute)
+	c := mustCIDR(t, s, "dual", "10.0.0.0/16", "fd00:10::/108")
+	if c.Revision <= 0 || c.Created.Before(before) {
+		t.Fatalf("created CIDR has revision %d, created %v", c.Revision, c.Created)
+	}
+	got, err := s.GetCIDR(ctx, "dual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "dual" || !slices.Equal(got.Prefixes, c.Prefixes) || got.Revision != c.Revision || !got.Created.Equal(c.Created) || got.Terminating {
+		t.Fatalf("GetCIDR = %+v, want %+v", got, c)
+	}
+	if _, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: "dual", Prefixes: []netip.Prefix{pfx("10.1.0.0/16")}}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second CreateCIDR: %v, want ErrExists", err)
+	}
+	if _, err := s.GetCIDR(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetCIDR(missing): %v, want ErrNotFound", err)
+	}
+}
+
+func testCIDRUpdate(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "single", "10.0.0.0/24")
+	upd := c.Clone()
+	upd.Prefixes = append(upd.Prefixes, pfx("2001:db8::/64"))
+	upd.Terminating = true
+	got, err := s.UpdateCIDR(ctx, upd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision <= c.Revision || !got.Created.Equal(c.Created) || !got.Terminating || len(got.Prefixes) != 2 {
+		t.Fatalf("UpdateCIDR = %+v (was %+v)", got, c)
+	}
+	if _, err := s.UpdateCIDR(ctx, upd); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update at stale revision: %v, want ErrConflict", err)
+	}
+	reread, err := s.GetCIDR(ctx, "single")
+	if err != nil || reread.Revision != got.Revision || !reread.Terminating {
+		t.Fatalf("GetCIDR after update = %+v, %v", reread, err)
+	}
+	if _, err := s.UpdateCIDR(ctx, cidrset.CIDR{Name: "missing", Revision: 1, Prefixes: []netip.Prefix{pfx("10.0.0.0/8")}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of missing CIDR: %v, want ErrNotFound", err)
+	}
+}
+
+func testCIDRDelete(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	a := mustCIDR(t, s, "a", "10.0.0.0/24")
+	b := mustCIDR(t, s, "b", "10.0.0.0/23")
+	if err := s.DeleteCIDR(ctx, "a", a.Revision-1); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("delete at wrong revision: %v, want ErrConflict", err)
+	}
+	stale := fenceOf(b)
+	stale.Revision--
+	err := s.DeleteCIDR(ctx, "a", a.Revision, stale)
+	var fe *store.FencedError
+	if !errors.Is(err, store.ErrFenced) || !errors.As(err, &fe) || fe.Fence != stale {
+		t.Fatalf("delete with a failing fence: %v, want *FencedError for %v", err, stale)
+	}
+	if err := s.DeleteCIDR(ctx, "a", a.Revision, store.Fence{CIDR: "gone", Revision: 1}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("delete fenced on a missing CIDR: %v, want ErrFenced", err)
+	}
+	if _, err := s.GetCIDR(ctx, "a"); err != nil {
+		t.Fatalf("refused deletes removed the CIDR: %v", err)
+	}
+	if err := s.DeleteCIDR(ctx, "a", a.Revision, fenceOf(b)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetCIDR(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetCIDR after delete: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteCIDR(ctx, "a", a.Revision); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete: %v, want ErrNotFound", err)
+	}
+}
+
+func testAddressLifecycle(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "v6", "2001:db8::/48")
+	ref := ipaddress.ParentRef{Group: "example.com", Resource: "widgets", Namespace: "ns-1", Name: "w.1"}
+	recs, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("2001:db8::ffff:1"), Parent: ref}}, fenceOf(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recs[0]
+	if r.Revision <= c.Revision || r.Created.IsZero() || r.Parent != ref {
+		t.Fatalf("created record %+v", r)
+	}
+	got, err := s.GetAddress(ctx, ip("2001:db8::ffff:1"))
+	if err != nil || got.Parent != ref || got.Revision != r.Revision || !got.Created.Equal(r.Created) {
+		t.Fatalf("GetAddress = %+v, %v; want %+v", got, err, r)
+	}
+	_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("2001:db8::ffff:1"), Parent: owner("other")}})
+	var ex *store.AddressExistsError
+	if !errors.As(err, &ex) || ex.Addr != ip("2001:db8::ffff:1") || !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second create: %v, want *AddressExistsError", err)
+	}
+	del, err := s.DeleteAddress(ctx, ip("2001:db8::ffff:1"))
+	if err != nil || del.Parent != ref {
+		t.Fatalf("DeleteAddress = %+v, %v", del, err)
+	}
+	if _, err := s.GetAddress(ctx, ip("2001:db8::ffff:1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetAddress after delete: %v", err)
+	}
+	if _, err := s.DeleteAddress(ctx, ip("2001:db8::ffff:1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	// IPv4 and IPv6 addresses with the same low bits are different records.
+	mustAddr(t, s, "0.0.0.1", "v4")
+	mustAddr(t, s, "::1", "v6")
+	all, err := s.ListAddresses(ctx)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("ListAddresses = %v, %v; want 2 records", all, err)
+	}
+}
+
+func testAddressBatch(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	mustAddr(t, s, "10.0.0.2", "taken")
+	batch := []ipaddress.IPAddress{{Addr: ip("10.0.0.1"), Parent: owner("x")}, {Addr: ip("10.0.0.2"), Parent: owner("x")}}
+	_, err := s.CreateAddresses(ctx, batch)
+	var ex *store.AddressExistsError
+	if !errors.As(err, &ex) || ex.Addr != ip("10.0.0.2") {
+		t.Fatalf("batch with a taken address: %v", err)
+	}
+	if _, err := s.GetAddress(ctx, ip("10.0.0.1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("failed batch left 10.0.0.1 behind: %v", err)
+	}
+	dup := []ipaddress.IPAddress{{Addr: ip("10.0.0.3"), Parent: owner("x")}, {Addr: ip("10.0.0.3"), Parent: owner("y")}}
+	if _, err := s.CreateAddresses(ctx, dup); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("batch naming one address twice: %v, want ErrExists", err)
+	}
+	dual := []ipaddress.IPAddress{{Addr: ip("10.0.0.4"), Parent: owner("d")}, {Addr: ip("fd00::4"), Parent: owner("d")}}
+	recs, err := s.CreateAddresses(ctx, dual)
+	if err != nil || len(recs) != 2 || recs[0].Revision != recs[1].Revision {
+		t.Fatalf("dual batch = %+v, %v; want two records at one revision", recs, err)
+	}
+}
+
+func testAddressFence(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/24")
+	mustAddr(t, s, "10.0.0.1", "a", fenceOf(c))
+	upd := c.Clone()
+	upd.Terminating = true
+	if _, err := s.UpdateCIDR(ctx, upd); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.2"), Parent: owner("b")}}, fenceOf(c))
+	var fe *store.FencedError
+	if !errors.As(err, &fe) || fe.Fence.CIDR != "c" {
+		t.Fatalf("create fenced on a changed CIDR: %v, want *FencedError", err)
+	}
+	if _, err := s.GetAddress(ctx, ip("10.0.0.2")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("fenced create stored the address: %v", err)
+	}
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.3"), Parent: owner("b")}}, store.Fence{CIDR: "missing", Revision: 1}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("create fenced on a missing CIDR: %v, want ErrFenced", err)
+	}
+}
+
+func testOwnerIndex(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	mustAddr(t, s, "10.0.0.1", "a")
+	mustAddr(t, s, "fd00::1", "a")
+	mustAddr(t, s, "10.0.0.2", "b")
+	addrsOf := func(name string) []netip.Addr {
+		recs, err := s.AddressesOf(ctx, owner(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []netip.Addr
+		for _, r := range recs {
+			if r.Parent != owner(name) {
+				t.Fatalf("AddressesOf(%s) returned %+v", name, r)
+			}
+			out = append(out, r.Addr)
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return out
+	}
+	if got := addrsOf("a"); !slices.Equal(got, []netip.Addr{ip("10.0.0.1"), ip("fd00::1")}) {
+		t.Fatalf("AddressesOf(a) = %v", got)
+	}
+	if _, err := s.DeleteAddress(ctx, ip("10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := addrsOf("a"); !slices.Equal(got, []netip.Addr{ip("fd00::1")}) {
+		t.Fatalf("AddressesOf(a) after delete = %v", got)
+	}
+	if got := addrsOf("nobody"); len(got) != 0 {
+		t.Fatalf("AddressesOf(nobody) = %v", got)
+	}
+	// Owners differing only in group or namespace are different owners.
+	other := owner("b")
+	other.Namespace = "kube-system"
+	if recs, err := s.AddressesOf(ctx, other); err != nil || len(recs) != 0 {
+		t.Fatalf("AddressesOf(%v) = %v, %v", other, recs, err)
+	}
+}
+
+func testRevisions(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	var revs []int64
+	c := mustCIDR(t, s, "c", "10.0.0.0/24")
+	revs = append(revs, c.Revision)
+	revs = append(revs, mustAddr(t, s, "10.0.0.1", "a").Revision)
+	c.Terminating = true
+	c, err := s.UpdateCIDR(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs = append(revs, c.Revision)
+	revs = append(revs, mustAddr(t, s, "10.0.0.2", "b").Revision)
+	for i := 1; i < len(revs); i++ {
+		if revs[i] <= revs[i-1] {
+			t.Fatalf("revisions do not increase: %v", revs)
+		}
+	}
+}
+
+// recorder is a Watcher that keeps what it was told.
+type recorder struct {
+	mu     sync.Mutex
+	resets []store.Snapshot
+	events []store.Event
+}
+
+func (r *recorder) Reset(s store.Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resets = append(r.resets, s)
+	r.events = nil
+}
+
+func (r *recorder) Apply(e store.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) waitEvents(t *testing.T, n int) []store.Event {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r.mu.Lock()
+		got := slices.Clone(r.events)
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch delivered %d events, want %d: %+v", len(got), n, got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func testWatch(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "before", "10.0.0.0/24")
+	mustAddr(t, s, "10.0.0.1", "a")
+	var r recorder
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := s.Watch(wctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	if len(r.resets) != 1 {
+		t.Fatalf("Watch returned before Reset")
+	}
+	snap := r.resets[0]
+	r.mu.Unlock()
+	if len(snap.CIDRs) != 1 || snap.CIDRs[0].Name != "before" || snap.CIDRs[0].Revision != c.Revision ||
+		!slices.Equal(snap.Addrs, []netip.Addr{ip("10.0.0.1")}) || snap.Revision < c.Revision {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	c2 := mustCIDR(t, s, "after", "fd00::/64")
+	a := mustAddr(t, s, "fd00::1", "b", fenceOf(c2))
+	c2.Terminating = true
+	c2, err := s.UpdateCIDR(ctx, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteAddress(ctx, ip("fd00::1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteCIDR(ctx, "after", c2.Revision); err != nil {
+		t.Fatal(err)
+	}
+	evs := r.waitEvents(t, 5)
+	want := []store.EventKind{store.CIDRPut, store.AddressPut, store.CIDRPut, store.AddressDeleted, store.CIDRDeleted}
+	for i, e := range evs {
+		if i >= len(want) {
+			t.Fatalf("unexpected extra event %+v", e)
+		}
+		if e.Kind != want[i] {
+			t.Fatalf("event %d kind %d, want %d: %+v", i, e.Kind, want[i], evs)
+		}
+		if e.Revision <= snap.Revision || (i > 0 && e.Revision <= evs[i-1].Revision) {
+			t.Fatalf("event revisions not increasing after the snapshot: %+v", evs)
+		}
+	}
+	if evs[1].Address.Addr != a.Addr || evs[1].Address.Parent != owner("b") || evs[1].Revision != a.Revision {
+		t.Fatalf("address event %+v, want %+v", evs[1], a)
+	}
+	if !evs[2].CIDR.Terminating || evs[2].CIDR.Revision != c2.Revision {
+		t.Fatalf("update event %+v", evs[2])
+	}
+	if evs[3].Address.Addr != ip("fd00::1") || evs[4].CIDR.Name != "after" {
+		t.Fatalf("delete events %+v", evs[3:])
+	}
+}
+
+func testWatchStops(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	var r recorder
+	wctx, cancel := context.WithCancel(ctx)
+	if err := s.Watch(wctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	mustAddr(t, s, "10.0.0.1", "a")
+	r.waitEvents(t, 1)
+	cancel()
+	// Delivery stops soon after cancel; give an asynchronous watch time to wind down.
+	time.Sleep(200 * time.Millisecond)
+	r.mu.Lock()
+	n := len(r.events)
+	r.mu.Unlock()
+	mustAddr(t, s, "10.0.0.2", "b")
+	time.Sleep(200 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) != n {
+		t.Fatalf("watch delivered %d events after its context ended", len(r.events)-n)
+	}
+}
+
+func testRaceOneWinner(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/24")
+	for round := range 20 {
+		addr := netip.AddrFrom4([4]byte{10, 0, 0, byte(round + 1)})
+		var wins, losses atomic.Int32
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner(fmt.Sprintf("g%d", g))}}, fenceOf(c))
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case errors.Is(err, store.ErrExists):
+					losses.Add(1)
+				default:
+					t.Errorf("racing create: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 1 || losses.Load() != 15 {
+			t.Fatalf("round %d: %d winners, %d losers; want 1 and 15", round, wins.Load(), losses.Load())
+		}
+	}
+}
+
+func testRaceFence(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/16")
+	fence := fenceOf(c)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var created []ipaddress.IPAddress
+	start := make(chan struct{})
+	for g := range 8 {
+		wg.Go(func() {
+			<-start
+			for i := range 50 {
+				addr := netip.AddrFrom4([4]byte{10, 0, byte(g), byte(i + 1)})
+				recs, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner("x")}}, fence)
+				if err == nil {
+					mu.Lock()
+					created = append(created, recs...)
+					mu.Unlock()
+				} else if !errors.Is(err, store.ErrFenced) {
+					t.Errorf("fenced create: %v", err)
+				}
+			}
+		})
+	}
+	close(start)
+	time.Sleep(time.Millisecond)
+	upd := c.Clone()
+	upd.Terminating = true
+	upd, err := s.UpdateCIDR(ctx, upd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	all, err := s.ListAddresses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(created) {
+		t.Fatalf("store holds %d records, callers were told of %d", len(all), len(created))
+	}
+	for _, r := range created {
+		if r.Revision >= upd.Revision {
+			t.Fatalf("address %s created at revision %d, after the fenced CIDR changed at %d", r.Addr, r.Revision, upd.Revision)
+		}
+	}
+}
+
+func testDistinctCreates(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				addr := netip.AddrFrom16([16]byte{0xfd, 15: byte(i), 14: byte(g)})
+				if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner(fmt.Sprintf("o%d-%d", g, i))}}); err != nil {
+					t.Errorf("create %s: %v", addr, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	all, err := s.ListAddresses(ctx)
+	if err != nil || len(all) != 320 {
+		t.Fatalf("ListAddresses: %d records, %v; want 320", len(all), err)
+	}
+}
+
+func testClosed(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetCIDR(ctx, "x"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("GetCIDR after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.1"), Parent: owner("a")}}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("CreateAddresses after Close: %v, want ErrClosed", err)
+	}
+}
