@@ -236,7 +236,7 @@ func (a *Allocator) refreshCIDR(ctx context.Context, name string) {
 type view struct{ a *Allocator }
 
 func (v view) WaitRevision(ctx context.Context, rev int64) error { return v.a.WaitRevision(ctx, rev) }
-func (v view) CIDRs() []cidrset.CIDR                            { return v.a.CIDRs() }
+func (v view) CIDRs() []cidrset.CIDR                             { return v.a.CIDRs() }
 
 func (v view) Used(p netip.Prefix) []netipx.IPRange {
 	a := v.a
