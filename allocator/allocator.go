@@ -41,6 +41,18 @@ type config struct {
 	excluded []netipx.IPRange
 	logger   *slog.Logger
 	observer Observer
+	admit    []Admission
+}
+
+// Admission decides whether a CIDR may be created (old is nil) or updated
+// to c. It runs before the store is written; a non-nil error refuses the
+// change and is returned to the caller as is.
+type Admission func(ctx context.Context, old *cidrset.CIDR, c cidrset.CIDR) error
+
+// WithAdmission adds admission checks, run in order on every CIDR create
+// and update.
+func WithAdmission(checks ...Admission) Option {
+	return func(c *config) { c.admit = append(c.admit, checks...) }
 }
 
 // WithStrategy sets the dynamic strategy (default RandomStart(nil)).

@@ -51,6 +51,9 @@ func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...net
 	if err := c.Validate(); err != nil {
 		return cidrset.CIDR{}, err
 	}
+	if err := a.admitCIDR(ctx, nil, c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	created, err := a.st.CreateCIDR(ctx, c)
 	if err != nil {
 		return cidrset.CIDR{}, err
@@ -61,6 +64,15 @@ func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...net
 	a.cfg.logger.Info("CIDR created", "cidr", name, "prefixes", prefixes)
 	a.reconcileTerminating(ctx)
 	return created, nil
+}
+
+func (a *Allocator) admitCIDR(ctx context.Context, old *cidrset.CIDR, c cidrset.CIDR) error {
+	for _, check := range a.cfg.admit {
+		if err := check(ctx, old, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // UpdateCIDR changes the prefixes of a CIDR. The only change allowed is
@@ -75,6 +87,9 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 		upd := old.Clone()
 		upd.Prefixes = slices.Clone(prefixes)
 		if err := cidrset.ValidateUpdate(old, upd); err != nil {
+			return cidrset.CIDR{}, err
+		}
+		if err := a.admitCIDR(ctx, &old, upd); err != nil {
 			return cidrset.CIDR{}, err
 		}
 		got, err := a.st.UpdateCIDR(ctx, upd)

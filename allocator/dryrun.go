@@ -49,6 +49,9 @@ func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.P
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	if err := d.a.admitCIDR(ctx, nil, c); err != nil {
+		return err
+	}
 	if _, err := d.a.st.GetCIDR(ctx, name); err == nil {
 		return &ExistsError{Kind: "CIDR", Name: name}
 	} else if !isNotFound(err) {
