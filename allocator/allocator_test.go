@@ -1,0 +1,656 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go4.org/netipx"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/memory"
+)
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func ip(s string) netip.Addr    { return netip.MustParseAddr(s) }
+
+func svc(name string) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: name}
+}
+
+// newAllocator returns an allocator over a fresh memory store holding the
+// given CIDRs ("name=prefix[,prefix]").
+func newAllocator(t *testing.T, cidrs []string, opts ...allocator.Option) (*allocator.Allocator, *memory.Store) {
+	t.Helper()
+	st := memory.New()
+	a, err := allocator.New(context.Background(), st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	for _, c := range cidrs {
+		name, list, _ := strings.Cut(c, "=")
+		var ps []netip.Prefix
+		for _, p := range strings.Split(list, ",") {
+			ps = append(ps, pfx(p))
+		}
+		if _, err := a.CreateCIDR(context.Background(), name, ps...); err != nil {
+			t.Fatalf("CreateCIDR(%s): %v", c, err)
+		}
+	}
+	return a, st
+}
+
+func mustNext(t *testing.T, a *allocator.Allocator, f ipaddress.Family, owner string) netip.Addr {
+	t.Helper()
+	r, err := a.AllocateNext(context.Background(), f, svc(owner))
+	if err != nil {
+		t.Fatalf("AllocateNext(%v, %s): %v", f, owner, err)
+	}
+	return r.Addr
+}
+
+func mustStatic(t *testing.T, a *allocator.Allocator, addr, owner string) {
+	t.Helper()
+	if _, err := a.Allocate(context.Background(), ip(addr), svc(owner)); err != nil {
+		t.Fatalf("Allocate(%s): %v", addr, err)
+	}
+}
+
+func fill(t *testing.T, a *allocator.Allocator, f ipaddress.Family, prefix string) []netip.Addr {
+	t.Helper()
+	var out []netip.Addr
+	for i := 0; ; i++ {
+		r, err := a.AllocateNext(context.Background(), f, svc(fmt.Sprintf("%s-%d", prefix, i)))
+		if errors.Is(err, allocator.ErrFull) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r.Addr)
+	}
+}
+
+func TestStaticAllocationMustBeInsideALiveCIDR(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"kubernetes=10.96.0.0/28"})
+	_, err := a.Allocate(ctx, ip("10.97.0.1"), svc("x"))
+	var re *allocator.RangeError
+	if !errors.As(err, &re) || !errors.Is(err, allocator.ErrNotInRange) {
+		t.Fatalf("Allocate outside: %v, want *RangeError", err)
+	}
+	want := "the provided IP (10.97.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/28"
+	if err.Error() != want {
+		t.Fatalf("message %q, want %q", err, want)
+	}
+	for _, edge := range []string{"10.96.0.0", "10.96.0.15"} {
+		if _, err := a.Allocate(ctx, ip(edge), svc("x")); !errors.Is(err, allocator.ErrNotInRange) {
+			t.Errorf("Allocate(%s) (network/broadcast): %v, want ErrNotInRange", edge, err)
+		}
+	}
+	if _, err := a.Allocate(ctx, ip("fd00::1"), svc("x")); !errors.Is(err, allocator.ErrMismatch) || err.Error() != "the provided network does not match the current range" {
+		t.Fatalf("Allocate of a family no CIDR serves: %v, want ErrMismatch", err)
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv6, svc("x")); !errors.Is(err, allocator.ErrMismatch) {
+		t.Fatalf("AllocateNext of a family no CIDR serves: %v, want ErrMismatch", err)
+	}
+}
+
+func TestAnAddressIsHeldByOneOwnerAcrossOverlappingCIDRs(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"a=10.0.0.0/24", "b=10.0.0.0/24", "c=10.0.0.0/23"})
+	mustStatic(t, a, "10.0.0.7", "first")
+	_, err := a.Allocate(ctx, ip("10.0.0.7"), svc("second"))
+	if !errors.Is(err, allocator.ErrAllocated) || err.Error() != "provided IP is already allocated" {
+		t.Fatalf("second Allocate: %v, want ErrAllocated", err)
+	}
+	// Dynamic allocation over the merged set never returns it either.
+	got := fill(t, a, ipaddress.IPv4, "dyn")
+	if slices.Contains(got, ip("10.0.0.7")) {
+		t.Fatal("AllocateNext returned an address held already")
+	}
+	if len(got) != 510-1 {
+		t.Fatalf("filled %d addresses of the merged /23, want 509", len(got))
+	}
+	seen := map[netip.Addr]bool{}
+	for _, x := range got {
+		if seen[x] {
+			t.Fatalf("%s handed out twice", x)
+		}
+		seen[x] = true
+	}
+}
+
+func TestStaticAllocationMayUseTheReservedLowerBand(t *testing.T) {
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})
+	mustStatic(t, a, "10.0.0.1", "kubernetes")
+	mustStatic(t, a, "10.0.0.16", "dns")
+}
+
+func TestDynamicAllocationTakesTheUpperBandFirstThenTheLower(t *testing.T) {
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})
+	upperFirst, _ := netipx.ParseIPRange("10.0.0.17-10.0.0.254")
+	lower, _ := netipx.ParseIPRange("10.0.0.1-10.0.0.16")
+	got := fill(t, a, ipaddress.IPv4, "s")
+	if len(got) != 254 {
+		t.Fatalf("filled %d, want 254", len(got))
+	}
+	for i, x := range got {
+		inUpper := upperFirst.Contains(x)
+		if i < 238 && !inUpper {
+			t.Fatalf("allocation %d took %s from the lower band while the upper band had room", i, x)
+		}
+		if i >= 238 && !lower.Contains(x) {
+			t.Fatalf("allocation %d took %s, want the lower band", i, x)
+		}
+	}
+}
+
+func TestRangeIsFullWhenEveryLiveCIDRIsFull(t *testing.T) {
+	a, _ := newAllocator(t, []string{"kubernetes=10.96.0.0/28"})
+	if got := fill(t, a, ipaddress.IPv4, "s"); len(got) != 14 {
+		t.Fatalf("a /28 gave %d addresses, want 14", len(got))
+	}
+	_, err := a.AllocateNext(context.Background(), ipaddress.IPv4, svc("late"))
+	if !errors.Is(err, allocator.ErrFull) || err.Error() != "range is full" {
+		t.Fatalf("AllocateNext on a full range: %v, want %q", err, "range is full")
+	}
+}
+
+// Walkthrough 8.1: a full CIDR, then a new one: new addresses come from it.
+func TestAFullCIDRHandsOverToANewCIDR(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"kubernetes=10.96.0.0/28"})
+	mustStatic(t, a, "10.96.0.1", "kubernetes")
+	if got := fill(t, a, ipaddress.IPv4, "s"); len(got) != 13 {
+		t.Fatalf("13 more addresses expected, got %d", len(got))
+	}
+	if _, err := a.CreateCIDR(ctx, "newcidr1", pfx("192.96.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint("new", i)); !pfx("192.96.0.0/24").Contains(x) {
+			t.Fatalf("new allocation %s not from newcidr1", x)
+		}
+	}
+}
+
+func TestOldestLiveCIDRIsFilledFirstByDefault(t *testing.T) {
+	a, _ := newAllocator(t, []string{"old=10.0.0.0/28", "new=10.1.0.0/28"})
+	for i := range 14 {
+		if x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint(i)); !pfx("10.0.0.0/28").Contains(x) {
+			t.Fatalf("allocation %d took %s before the oldest CIDR was full", i, x)
+		}
+	}
+	if x := mustNext(t, a, ipaddress.IPv4, "next"); !pfx("10.1.0.0/28").Contains(x) {
+		t.Fatalf("after the oldest was full, got %s", x)
+	}
+}
+
+func TestMostFreePolicySpreadsAcrossCIDRs(t *testing.T) {
+	a, _ := newAllocator(t, []string{"small=10.0.0.0/28", "big=10.1.0.0/24"}, allocator.WithPolicy(allocator.MostFree()))
+	if x := mustNext(t, a, ipaddress.IPv4, "a"); !pfx("10.1.0.0/24").Contains(x) {
+		t.Fatalf("MostFree chose %s, want the /24", x)
+	}
+}
+
+func TestTerminatingCIDRServesNoNewAllocation(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"kubernetes=10.96.0.0/28", "old=192.168.7.0/24"})
+	mustStatic(t, a, "192.168.7.10", "holder")
+	err := a.DeleteCIDR(ctx, "old")
+	if !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(old): %v, want blocked", err)
+	}
+	_, err = a.Allocate(ctx, ip("192.168.7.11"), svc("x"))
+	if !errors.Is(err, allocator.ErrTerminating) || !errors.Is(err, allocator.ErrNotInRange) {
+		t.Fatalf("static allocation in a Terminating CIDR: %v", err)
+	}
+	for i := range 14 {
+		if x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint(i)); pfx("192.168.7.0/24").Contains(x) {
+			t.Fatalf("dynamic allocation %s from a Terminating CIDR", x)
+		}
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("y")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("with only a Terminating CIDR left: %v, want ErrFull", err)
+	}
+}
+
+// Walkthrough 8.2.
+func TestDeletionIsBlockedWhileAnAddressWouldBeOrphaned(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/28", "newcidr1=192.96.0.0/24"})
+	// Dynamic allocations come from the oldest CIDR, kubernetes.
+	mustNext(t, a, ipaddress.IPv4, "a")
+	mustNext(t, a, ipaddress.IPv4, "b")
+	mustStatic(t, a, "192.96.0.5", "c")
+	err := a.DeleteCIDR(ctx, "newcidr1")
+	var blocked *allocator.DeletionBlockedError
+	if !errors.As(err, &blocked) || len(blocked.Blocking) != 1 || blocked.Blocking[0] != ip("192.96.0.5") {
+		t.Fatalf("DeleteCIDR: %v, want blocked by 192.96.0.5", err)
+	}
+	c, err := st.GetCIDR(ctx, "newcidr1")
+	if err != nil || !c.Terminating {
+		t.Fatalf("newcidr1 after delete: %+v, %v", c, err)
+	}
+	cond := c.Ready()
+	if cond.Status || cond.Reason != "Terminating" || cond.Message != cidrset.MessageBlockedDelete {
+		t.Fatalf("Ready condition %+v", cond)
+	}
+	if err := a.Release(ctx, ip("192.96.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetCIDR(ctx, "newcidr1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("newcidr1 after its last address was released: %v, want gone", err)
+	}
+	if _, err := a.GetCIDR("newcidr1"); !errors.Is(err, allocator.ErrNotFound) {
+		t.Fatalf("allocator still knows newcidr1: %v", err)
+	}
+}
+
+// Walkthrough 8.5: a full /24 plus an overlapping /23: the /24 goes at once.
+func TestDeletionProceedsAtOnceWhenALiveCIDRCoversEveryAddress(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"small=10.0.0.0/24"})
+	if got := fill(t, a, ipaddress.IPv4, "s"); len(got) != 254 {
+		t.Fatalf("filled %d", len(got))
+	}
+	if _, err := a.CreateCIDR(ctx, "big", pfx("10.0.0.0/23")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "small"); err != nil {
+		t.Fatalf("DeleteCIDR(small) with a covering /23: %v", err)
+	}
+	if _, err := st.GetCIDR(ctx, "small"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("small still stored: %v", err)
+	}
+	u, err := a.Usage("big")
+	if err != nil || u.Prefixes[0].Used != cidrset.CountOf(254) || u.Prefixes[0].Size != cidrset.CountOf(510) {
+		t.Fatalf("usage of big = %+v, %v", u, err)
+	}
+}
+
+// Beyond the reference: a covering CIDR that is itself Terminating does not
+// count, so deleting two overlapping CIDRs together orphans nothing.
+func TestATerminatingCoverDoesNotCount(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"a=10.0.0.0/24", "b=10.0.0.0/24"})
+	mustStatic(t, a, "10.0.0.9", "x")
+	if err := a.DeleteCIDR(ctx, "a"); err != nil {
+		t.Fatalf("DeleteCIDR(a) while b covers it: %v", err)
+	}
+	// Now b alone holds 10.0.0.9.
+	if err := a.DeleteCIDR(ctx, "b"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(b): %v, want blocked", err)
+	}
+	// Two overlapping CIDRs marked together: neither may rely on the other.
+	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetCIDR(ctx, "b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("b should have gone once c covered it: %v", err)
+	}
+	if _, err := a.CreateCIDR(ctx, "d", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := st.GetCIDR(ctx, "c")
+	c.Terminating = true
+	if _, err := st.UpdateCIDR(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "d"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(d) while its only cover c is Terminating: %v, want blocked", err)
+	}
+	for _, name := range []string{"c", "d"} {
+		if cur, err := st.GetCIDR(ctx, name); err != nil || !cur.Terminating {
+			t.Fatalf("%s: %+v, %v; want kept Terminating", name, cur, err)
+		}
+	}
+}
+
+func TestBlockedDeletionIsRecheckedWhenACoveringCIDRAppears(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"old=10.96.0.0/28"})
+	mustStatic(t, a, "10.96.0.1", "kubernetes")
+	if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR: %v", err)
+	}
+	if _, err := a.CreateCIDR(ctx, "cover", pfx("10.96.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetCIDR(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("old kept after a covering CIDR appeared: %v", err)
+	}
+}
+
+func TestNetworkAndBroadcastRecordsNeverBlockDeletion(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"wide=10.0.0.0/8", "small=10.96.0.0/28"})
+	// Held through the /8, they are the /28's network and broadcast addresses.
+	mustStatic(t, a, "10.96.0.0", "net")
+	mustStatic(t, a, "10.96.0.15", "bcast")
+	if err := a.DeleteCIDR(ctx, "wide"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(wide): %v, want blocked by its own hosts", err)
+	}
+	if err := a.DeleteCIDR(ctx, "small"); err != nil {
+		t.Fatalf("DeleteCIDR(small): %v; its network/broadcast records must not block", err)
+	}
+	if _, err := st.GetCIDR(ctx, "small"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("small: %v", err)
+	}
+}
+
+func TestReleaseWorksWhateverTheCIDRState(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"c=10.0.0.0/24"})
+	mustStatic(t, a, "10.0.0.5", "x")
+	_ = a.DeleteCIDR(ctx, "c")
+	if err := a.Release(ctx, ip("10.0.0.5")); err != nil {
+		t.Fatalf("Release in a Terminating CIDR: %v", err)
+	}
+	// An orphan record outside every CIDR can be released too.
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("172.16.0.1"), Parent: svc("orphan")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, ip("172.16.0.1")); err != nil {
+		t.Fatalf("Release of an orphan: %v", err)
+	}
+	if err := a.Release(ctx, ip("172.16.0.1")); !errors.Is(err, allocator.ErrNotFound) {
+		t.Fatalf("second Release: %v, want ErrNotFound", err)
+	}
+}
+
+// Beyond the reference: one call allocates both families or neither.
+func TestDualStackAllocatesBothFamiliesOrNeither(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"dual=10.0.0.0/24,fd00:10::/124"})
+	v4, v6, err := a.AllocateDualStack(ctx, svc("d"), netip.Addr{}, netip.Addr{})
+	if err != nil || !v4.Addr.Is4() || !v6.Addr.Is6() || v4.Revision != v6.Revision {
+		t.Fatalf("AllocateDualStack = %v, %v, %v", v4, v6, err)
+	}
+	v6s := fill(t, a, ipaddress.IPv6, "v6")
+	before, _ := st.ListAddresses(ctx)
+	_, _, err = a.AllocateDualStack(ctx, svc("e"), netip.Addr{}, netip.Addr{})
+	if !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("dual-stack with IPv6 full: %v, want ErrFull", err)
+	}
+	after, _ := st.ListAddresses(ctx)
+	if len(after) != len(before) {
+		t.Fatalf("a failed dual-stack allocation left %d records behind", len(after)-len(before))
+	}
+	// Static for one family, dynamic for the other, and a static one taken.
+	if err := a.Release(ctx, v6s[0]); err != nil {
+		t.Fatal(err)
+	}
+	mustStatic(t, a, "10.0.0.200", "taken")
+	if _, _, err := a.AllocateDualStack(ctx, svc("f"), ip("10.0.0.200"), netip.Addr{}); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("dual-stack with a taken static IPv4: %v", err)
+	}
+	if _, _, err := a.AllocateDualStack(ctx, svc("f"), ip("fd00:10::1"), netip.Addr{}); !errors.Is(err, allocator.ErrInvalid) {
+		t.Fatalf("dual-stack with an IPv6 address as the IPv4 one: %v", err)
+	}
+	v4, v6, err = a.AllocateDualStack(ctx, svc("g"), ip("10.0.0.201"), netip.Addr{})
+	if err != nil || v4.Addr != ip("10.0.0.201") || v6.Addr != v6s[0] {
+		t.Fatalf("dual-stack static IPv4 + next IPv6 = %v, %v, %v", v4, v6, err)
+	}
+}
+
+// Beyond the reference: any IPv6 prefix length, exact counts.
+func TestIPv6PrefixesOfAnyLengthAllocateWithExactCounts(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"p48=2001:db8::/48", "all=::/0"}, allocator.WithPolicy(allocator.OldestFirst()))
+	for i := range 100 {
+		x := mustNext(t, a, ipaddress.IPv6, fmt.Sprint(i))
+		if !pfx("2001:db8::/48").Contains(x) {
+			t.Fatalf("%s outside the oldest /48", x)
+		}
+	}
+	u, _ := a.Usage("p48")
+	wantFree := cidrset.Size(pfx("2001:db8::/48")).Sub(cidrset.CountOf(100))
+	if u.Prefixes[0].Used != cidrset.CountOf(100) || u.Prefixes[0].Free != wantFree {
+		t.Fatalf("usage %+v", u.Prefixes[0])
+	}
+	mustStatic(t, a, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "last")
+	if _, err := a.Allocate(ctx, ip("::"), svc("zero")); !errors.Is(err, allocator.ErrNotInRange) {
+		t.Fatalf("Allocate(::) in ::/0: %v, want not in range (network address)", err)
+	}
+	fu := a.FamilyUsage(ipaddress.IPv6)
+	if fu.Used != cidrset.CountOf(101) || fu.Size != cidrset.Size(pfx("::/0")) {
+		t.Fatalf("FamilyUsage(IPv6) = %+v", fu)
+	}
+}
+
+func TestSequentialStrategyTakesTheLowestFreeAddress(t *testing.T) {
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/28"}, allocator.WithStrategy(allocator.Sequential()))
+	for i := 1; i <= 3; i++ {
+		if x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint(i)); x != netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}) {
+			t.Fatalf("allocation %d = %s", i, x)
+		}
+	}
+	if err := a.Release(context.Background(), ip("10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	if x := mustNext(t, a, ipaddress.IPv4, "again"); x != ip("10.0.0.2") {
+		t.Fatalf("after releasing .2, got %s", x)
+	}
+}
+
+func TestRandomStartIsReproducibleWithASeed(t *testing.T) {
+	run := func() []netip.Addr {
+		a, _ := newAllocator(t, []string{"c=10.0.0.0/16"}, allocator.WithStrategy(allocator.RandomStart(rand.NewPCG(1, 2))))
+		var out []netip.Addr
+		for i := range 20 {
+			out = append(out, mustNext(t, a, ipaddress.IPv4, fmt.Sprint(i)))
+		}
+		return out
+	}
+	first, second := run(), run()
+	if !slices.Equal(first, second) {
+		t.Fatalf("same seed, different addresses:\n%v\n%v", first, second)
+	}
+	sorted := slices.Clone(first)
+	slices.SortFunc(sorted, netip.Addr.Compare)
+	if slices.Equal(sorted, first) {
+		t.Fatalf("random start handed out ascending addresses: %v", first)
+	}
+}
+
+func TestExcludedRangesAreNeverAllocated(t *testing.T) {
+	ctx := context.Background()
+	ex := netipx.MustParseIPRange("10.0.0.2-10.0.0.10")
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/28"}, allocator.WithExcluded(ex))
+	got := fill(t, a, ipaddress.IPv4, "s")
+	if len(got) != 14-9 {
+		t.Fatalf("filled %d addresses, want 5", len(got))
+	}
+	for _, x := range got {
+		if ex.Contains(x) {
+			t.Fatalf("excluded %s allocated", x)
+		}
+	}
+	if _, err := a.Allocate(ctx, ip("10.0.0.3"), svc("x")); !errors.Is(err, allocator.ErrExcluded) {
+		t.Fatalf("static allocation of an excluded address: %v", err)
+	}
+	u, _ := a.Usage("c")
+	if !u.Prefixes[0].Free.IsZero() {
+		t.Fatalf("usage %+v, want nothing free", u.Prefixes[0])
+	}
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"c=10.0.0.0/28"}, allocator.WithStrategy(allocator.Sequential()))
+	mustStatic(t, a, "10.0.0.1", "held")
+	d := a.DryRun()
+	x, err := d.AllocateNext(ctx, ipaddress.IPv4, svc("x"))
+	if err != nil || x != ip("10.0.0.2") {
+		t.Fatalf("dry-run AllocateNext = %s, %v", x, err)
+	}
+	if err := d.Allocate(ctx, ip("10.0.0.1"), svc("x")); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("dry-run Allocate of a held address: %v", err)
+	}
+	dec, err := d.DeleteCIDR(ctx, "c")
+	if err != nil || dec.Remove || len(dec.Blocking) != 1 {
+		t.Fatalf("dry-run DeleteCIDR = %+v, %v", dec, err)
+	}
+	if err := d.CreateCIDR(ctx, "c", pfx("10.1.0.0/24")); !errors.Is(err, allocator.ErrExists) {
+		t.Fatalf("dry-run CreateCIDR of an existing name: %v", err)
+	}
+	recs, _ := st.ListAddresses(ctx)
+	c, _ := st.GetCIDR(ctx, "c")
+	if len(recs) != 1 || c.Terminating {
+		t.Fatalf("dry run wrote: %d records, terminating %v", len(recs), c.Terminating)
+	}
+}
+
+func TestOwnerIndexFindsAndReleasesAnOwnersAddresses(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"dual=10.0.0.0/24,fd00::/120"})
+	if _, _, err := a.AllocateDualStack(ctx, svc("web"), netip.Addr{}, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	mustNext(t, a, ipaddress.IPv4, "other")
+	recs, err := a.AddressesOf(ctx, svc("web"))
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("AddressesOf(web) = %v, %v", recs, err)
+	}
+	released, err := a.ReleaseOwner(ctx, svc("web"))
+	if err != nil || len(released) != 2 {
+		t.Fatalf("ReleaseOwner = %v, %v", released, err)
+	}
+	if fu := a.FamilyUsage(ipaddress.IPv4); fu.Used != cidrset.CountOf(1) {
+		t.Fatalf("IPv4 used after ReleaseOwner: %s", fu.Used)
+	}
+}
+
+func TestUsageCountsOverlappingCIDRsOnce(t *testing.T) {
+	a, _ := newAllocator(t, []string{"small=10.0.0.0/24", "big=10.0.0.0/23"})
+	mustStatic(t, a, "10.0.0.5", "a")
+	mustStatic(t, a, "10.0.1.5", "b")
+	small, _ := a.Usage("small")
+	big, _ := a.Usage("big")
+	if small.Prefixes[0].Used != cidrset.CountOf(1) || big.Prefixes[0].Used != cidrset.CountOf(2) {
+		t.Fatalf("usage small %+v big %+v", small, big)
+	}
+	fu := a.FamilyUsage(ipaddress.IPv4)
+	if fu.Size != cidrset.CountOf(510) || fu.Used != cidrset.CountOf(2) || fu.Free != cidrset.CountOf(508) {
+		t.Fatalf("FamilyUsage = %+v", fu)
+	}
+}
+
+func TestDefaultCIDRIsCreatedAndMayOnlyBecomeDualStack(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, nil)
+	c, err := a.EnsureDefault(ctx, pfx("10.96.0.0/28"))
+	if err != nil || c.Name != "kubernetes" || c.Ready().Message != cidrset.MessageDefaultReady {
+		t.Fatalf("EnsureDefault = %+v, %v", c, err)
+	}
+	if _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/28")); err != nil {
+		t.Fatalf("EnsureDefault again: %v", err)
+	}
+	c, err = a.EnsureDefault(ctx, pfx("10.96.0.0/28"), pfx("fd00:10::/108"))
+	if err != nil || len(c.Prefixes) != 2 {
+		t.Fatalf("EnsureDefault to dual-stack = %+v, %v", c, err)
+	}
+	if _, err := a.EnsureDefault(ctx, pfx("10.97.0.0/28")); !errors.Is(err, allocator.ErrDefaultMismatch) {
+		t.Fatalf("EnsureDefault with other prefixes: %v, want ErrDefaultMismatch", err)
+	}
+	if got, _ := a.GetCIDR("kubernetes"); len(got.Prefixes) != 2 || got.Prefixes[0] != pfx("10.96.0.0/28") {
+		t.Fatalf("default CIDR changed to %+v", got)
+	}
+}
+
+func TestCIDRPrefixesAreImmutableExceptSingleToDualStack(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})
+	if _, err := a.UpdateCIDR(ctx, "c", pfx("10.1.0.0/24")); !errors.Is(err, allocator.ErrInvalid) {
+		t.Fatalf("changing the prefix: %v, want ErrInvalid", err)
+	}
+	if _, err := a.UpdateCIDR(ctx, "c", pfx("10.0.0.0/24"), pfx("fd00::/64")); err != nil {
+		t.Fatalf("single to dual-stack: %v", err)
+	}
+	mustNext(t, a, ipaddress.IPv6, "v6")
+}
+
+func TestInvalidInputIsATypedError(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})
+	var fe *ipaddress.FieldError
+	for name, err := range map[string]error{
+		"bad name":     errOf(a.CreateCIDR(ctx, "Bad_Name", pfx("10.1.0.0/24"))),
+		"host bits":    errOf(a.CreateCIDR(ctx, "x", netip.PrefixFrom(ip("10.1.0.1"), 24))),
+		"no prefixes":  errOf(a.CreateCIDR(ctx, "y")),
+		"mapped addr":  errOf(a.Allocate(ctx, ip("::ffff:10.0.0.5"), svc("x"))),
+		"empty owner":  errOf(a.AllocateNext(ctx, ipaddress.IPv4, ipaddress.ParentRef{})),
+		"bad family":   errOf(a.AllocateNext(ctx, 5, svc("x"))),
+		"zero address": a.Release(ctx, netip.Addr{}),
+	} {
+		if !errors.Is(err, allocator.ErrInvalid) || !errors.As(err, &fe) {
+			t.Errorf("%s: %v, want a *ipaddress.FieldError", name, err)
+		}
+	}
+}
+
+func errOf[T any](_ T, err error) error { return err }
+
+// Two allocators over one store behave like two apiservers over one etcd:
+// they never hand out the same address.
+func TestTwoAllocatorsOverOneStoreNeverCollide(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	var as []*allocator.Allocator
+	for range 2 {
+		a, err := allocator.New(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		as = append(as, a)
+	}
+	if _, err := as[0].CreateCIDR(ctx, "c", pfx("10.0.0.0/22")); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[netip.Addr]bool{}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			a := as[g%2]
+			for i := 0; ; i++ {
+				r, err := a.AllocateNext(ctx, ipaddress.IPv4, svc(fmt.Sprintf("g%d-%d", g, i)))
+				if errors.Is(err, allocator.ErrFull) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[r.Addr] {
+					t.Errorf("%s handed out twice", r.Addr)
+				}
+				seen[r.Addr] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 1022 {
+		t.Fatalf("handed out %d addresses of a /22, want 1022", len(seen))
+	}
+	for _, a := range as {
+		if u, _ := a.Usage("c"); !u.Prefixes[0].Free.IsZero() {
+			t.Fatalf("an allocator sees %s free", u.Prefixes[0].Free)
+		}
+	}
+}
