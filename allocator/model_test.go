@@ -1,0 +1,271 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store/memory"
+)
+
+// The prefixes the model draws from: small enough to fill, overlapping and
+// identical on purpose, both families.
+var modelPrefixes = []string{
+	"10.0.0.0/28", "10.0.0.0/27", "10.0.0.16/28", "10.0.0.0/28",
+	"10.0.1.0/30", "fd00::/124", "fd00::/123", "fd00::10/124",
+}
+
+type modelCIDR struct {
+	prefixes    []netip.Prefix
+	terminating bool
+}
+
+// model is the simplest thing that follows SPEC sections 2–4.
+type model struct {
+	cidrs map[string]*modelCIDR
+	addrs map[netip.Addr]string // address → owner name
+}
+
+func (m *model) liveContaining(a netip.Addr, except string) bool {
+	for name, c := range m.cidrs {
+		if name == except || c.terminating {
+			continue
+		}
+		for _, p := range c.prefixes {
+			if cidrset.HostContains(p, a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// settle removes every Terminating CIDR that no longer guards an address
+// only it contains, as the finalizer must.
+func (m *model) settle() {
+	for name, c := range m.cidrs {
+		if !c.terminating {
+			continue
+		}
+		blocked := false
+		for a := range m.addrs {
+			for _, p := range c.prefixes {
+				if cidrset.HostContains(p, a) && !m.liveContaining(a, name) {
+					blocked = true
+				}
+			}
+		}
+		if !blocked {
+			delete(m.cidrs, name)
+		}
+	}
+}
+
+func (m *model) hasFree(f ipaddress.Family) bool {
+	for _, c := range m.cidrs {
+		if c.terminating {
+			continue
+		}
+		for _, p := range c.prefixes {
+			if ipaddress.FamilyOf(p.Addr()) != f {
+				continue
+			}
+			r, ok := cidrset.HostRange(p)
+			for a := r.From(); ok; a = a.Next() {
+				if _, held := m.addrs[a]; !held {
+					return true
+				}
+				if a == r.To() {
+					break
+				}
+			}
+		}
+	}
+	return false
+}
+
+func TestAllocatorFollowsTheModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		st := memory.New()
+		// Two allocators share the store, like two apiservers.
+		var as []*allocator.Allocator
+		for range 2 {
+			a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+			if err != nil {
+				rt.Fatal(err)
+			}
+			defer a.Close()
+			as = append(as, a)
+		}
+		m := &model{cidrs: map[string]*modelCIDR{}, addrs: map[netip.Addr]string{}}
+		names := []string{"a", "b", "c", "d", "e"}
+		serial := 0
+		pick := func(rt *rapid.T) *allocator.Allocator { return rapid.SampledFrom(as).Draw(rt, "allocator") }
+		familyOf := rapid.SampledFrom([]ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6})
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"createCIDR": func(rt *rapid.T) {
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				p := pfx(rapid.SampledFrom(modelPrefixes).Draw(rt, "prefix"))
+				_, err := pick(rt).CreateCIDR(ctx, name, p)
+				if _, exists := m.cidrs[name]; exists {
+					if !errors.Is(err, allocator.ErrExists) {
+						rt.Fatalf("CreateCIDR of existing %s: %v", name, err)
+					}
+					return
+				}
+				if err != nil {
+					rt.Fatalf("CreateCIDR(%s, %s): %v", name, p, err)
+				}
+				m.cidrs[name] = &modelCIDR{prefixes: []netip.Prefix{p}}
+				m.settle()
+			},
+			"deleteCIDR": func(rt *rapid.T) {
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				err := pick(rt).DeleteCIDR(ctx, name)
+				c, exists := m.cidrs[name]
+				if !exists {
+					if !errors.Is(err, allocator.ErrNotFound) {
+						rt.Fatalf("DeleteCIDR of missing %s: %v", name, err)
+					}
+					return
+				}
+				c.terminating = true
+				m.settle()
+				_, stays := m.cidrs[name]
+				if stays != errors.Is(err, allocator.ErrDeletionBlocked) || (!stays && err != nil) {
+					rt.Fatalf("DeleteCIDR(%s) = %v; model keeps it: %v", name, err, stays)
+				}
+			},
+			"allocateNext": func(rt *rapid.T) {
+				f := familyOf.Draw(rt, "family")
+				serial++
+				owner := fmt.Sprint("o", serial)
+				r, err := pick(rt).AllocateNext(ctx, f, svc(owner))
+				if err != nil {
+					if m.hasFree(f) {
+						rt.Fatalf("AllocateNext(%v): %v, but the model has a free address", f, err)
+					}
+					if !errors.Is(err, allocator.ErrFull) && !errors.Is(err, allocator.ErrMismatch) {
+						rt.Fatalf("AllocateNext(%v): unexpected %v", f, err)
+					}
+					return
+				}
+				if _, held := m.addrs[r.Addr]; held {
+					rt.Fatalf("AllocateNext handed out %s, held by %s", r.Addr, m.addrs[r.Addr])
+				}
+				if ipaddress.FamilyOf(r.Addr) != f || !m.liveContaining(r.Addr, "") {
+					rt.Fatalf("AllocateNext(%v) = %s, not in a live CIDR of the family", f, r.Addr)
+				}
+				m.addrs[r.Addr] = owner
+			},
+			"allocateStatic": func(rt *rapid.T) {
+				base := pfx(rapid.SampledFrom(modelPrefixes).Draw(rt, "within"))
+				r, _ := cidrset.HostRange(base)
+				addr := r.From()
+				for n := rapid.IntRange(0, 16).Draw(rt, "offset"); n > 0; n-- {
+					addr = addr.Next()
+				}
+				serial++
+				owner := fmt.Sprint("o", serial)
+				_, err := pick(rt).Allocate(ctx, addr, svc(owner))
+				_, held := m.addrs[addr]
+				switch {
+				case !m.liveContaining(addr, ""):
+					if !errors.Is(err, allocator.ErrNotInRange) && !errors.Is(err, allocator.ErrMismatch) {
+						rt.Fatalf("Allocate(%s) outside live CIDRs: %v", addr, err)
+					}
+				case held:
+					if !errors.Is(err, allocator.ErrAllocated) {
+						rt.Fatalf("Allocate(%s) held: %v", addr, err)
+					}
+				case err != nil:
+					rt.Fatalf("Allocate(%s): %v", addr, err)
+				default:
+					m.addrs[addr] = owner
+				}
+			},
+			"release": func(rt *rapid.T) {
+				if len(m.addrs) == 0 {
+					rt.Skip("nothing held")
+				}
+				held := make([]netip.Addr, 0, len(m.addrs))
+				for a := range m.addrs {
+					held = append(held, a)
+				}
+				slices.SortFunc(held, netip.Addr.Compare)
+				addr := rapid.SampledFrom(held).Draw(rt, "addr")
+				if err := pick(rt).Release(ctx, addr); err != nil {
+					rt.Fatalf("Release(%s): %v", addr, err)
+				}
+				delete(m.addrs, addr)
+				m.settle()
+			},
+			"": func(rt *rapid.T) { checkInvariants(rt, ctx, st, as, m) },
+		})
+	})
+}
+
+func checkInvariants(rt *rapid.T, ctx context.Context, st *memory.Store, as []*allocator.Allocator, m *model) {
+	recs, err := st.ListAddresses(ctx)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	// The store holds exactly the model's addresses: nothing held twice,
+	// nothing lost.
+	if len(recs) != len(m.addrs) {
+		rt.Fatalf("store holds %d records, model %d", len(recs), len(m.addrs))
+	}
+	for _, r := range recs {
+		if m.addrs[r.Addr] != r.Parent.Name {
+			rt.Fatalf("record %s owned by %s, model says %q", r.Addr, r.Parent.Name, m.addrs[r.Addr])
+		}
+		// Every record is inside a CIDR that has not been removed.
+		inside := false
+		for _, c := range m.cidrs {
+			for _, p := range c.prefixes {
+				inside = inside || cidrset.HostContains(p, r.Addr)
+			}
+		}
+		if !inside {
+			rt.Fatalf("record %s is outside every remaining CIDR", r.Addr)
+		}
+	}
+	for _, a := range as {
+		cidrs := a.CIDRs()
+		if len(cidrs) != len(m.cidrs) {
+			rt.Fatalf("allocator knows %d CIDRs, model %d", len(cidrs), len(m.cidrs))
+		}
+		for _, c := range cidrs {
+			mc := m.cidrs[c.Name]
+			if mc == nil || mc.terminating != c.Terminating {
+				rt.Fatalf("CIDR %s terminating=%v, model %+v", c.Name, c.Terminating, mc)
+			}
+			// Counts match the model.
+			u, err := a.Usage(c.Name)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			for _, pu := range u.Prefixes {
+				var used uint64
+				for addr := range m.addrs {
+					if cidrset.HostContains(pu.Prefix, addr) {
+						used++
+					}
+				}
+				if pu.Used != cidrset.CountOf(used) || pu.Used.Add(pu.Free) != pu.Size {
+					rt.Fatalf("usage of %s %s = %+v, model used %d", c.Name, pu.Prefix, pu.Usage, used)
+				}
+			}
+		}
+	}
+}
