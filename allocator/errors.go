@@ -54,7 +54,11 @@ func (e *RangeError) Error() string {
 	for i, p := range e.Valid {
 		valid[i] = p.String()
 	}
-	msg := fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", e.Addr, strings.Join(valid, ", "))
+	list := strings.Join(valid, ", ")
+	if list == "" {
+		list = "empty"
+	}
+	msg := fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", e.Addr, list)
 	if len(e.Terminating) > 0 {
 		msg += fmt.Sprintf(" (CIDR %s is terminating)", strings.Join(e.Terminating, ", "))
 	}
