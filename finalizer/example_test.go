@@ -1,0 +1,28 @@
+package finalizer_test
+
+import (
+	"fmt"
+	"net/netip"
+
+	"go4.org/netipx"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/finalizer"
+)
+
+func ExampleDecide() {
+	target := cidrset.CIDR{Name: "newcidr1", Terminating: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.96.0.0/24")}}
+	used := func(netip.Prefix) []netipx.IPRange {
+		return []netipx.IPRange{netipx.MustParseIPRange("192.96.0.10-192.96.0.11")}
+	}
+	d := finalizer.Decide(target, nil, used)
+	fmt.Println(d.Remove, d.Blocking)
+
+	// A live CIDR covering the prefix releases it.
+	cover := cidrset.CIDR{Name: "wide", Revision: 7, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.96.0.0/16")}}
+	d = finalizer.Decide(target, []cidrset.CIDR{cover}, used)
+	fmt.Println(d.Remove, d.Fences)
+	// Output:
+	// false [192.96.0.10 192.96.0.11]
+	// true [{wide 7}]
+}
