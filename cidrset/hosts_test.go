@@ -7,7 +7,7 @@ import (
 )
 
 func prefixOf(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func addrOf(s string) netip.Addr    { return netip.MustParseAddr(s) }
+func addrOf(s string) netip.Addr     { return netip.MustParseAddr(s) }
 
 func pow2minus(h uint, minus int64) *big.Int {
 	n := new(big.Int).Lsh(big.NewInt(1), h)
