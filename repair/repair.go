@@ -1,0 +1,511 @@
+// Package repair reconciles the allocation records of a store with the
+// truth of their consumers (SPEC section 6): the embedder says which
+// owners exist and which addresses each of them holds (for an apiserver,
+// the Services and their ClusterIPs), and a pass
+//
+//   - reports consumer addresses that do not parse (Invalid) or lie in no
+//     CIDR (OutOfRange, the reference's ClusterIPOutOfRange);
+//   - creates the missing record of a consumer address ("not allocated;
+//     repairing"), also in the reserved lower band and also inside a
+//     Terminating CIDR, whose removal then waits for the address;
+//   - deletes a record whose parent is gone ("appears to have leaked:
+//     cleaning up") or whose parent exists but does not hold the address
+//     ("wrong reference"), once the record is older than a grace period
+//     (60 s by default, the apiserver's request timeout): a younger record
+//     may belong to an allocation whose consumer is still being written;
+//   - reports an address held by several consumers ("already allocated")
+//     and changes nothing about it.
+//
+// Beyond the reference, the grace period also protects a young record from
+// the wrong-reference deletion, which closes the race of an address just
+// allocated to an existing consumer that has not yet been updated with it;
+// and a record is deleted only if it is still the one listed (same
+// revision), so a pass never deletes an address released and re-allocated
+// meanwhile.
+//
+// A pass is one call of Run; run it periodically and after RetryAfter when
+// something is pending. With DryRun set it reports the same findings and
+// changes nothing.
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// DefaultLeakGrace is how old a record must be before a pass deletes it as
+// leaked or wrongly referenced: the Kubernetes apiserver's request timeout,
+// as the reference repair loop uses.
+const DefaultLeakGrace = 60 * time.Second
+
+// Consumer is an owner of addresses and the addresses it says it holds.
+// Addresses are strings because a consumer's may not parse.
+type Consumer struct {
+	Ref   ipaddress.ParentRef
+	Addrs []string
+}
+
+// Consumers is the embedder's truth about the owners of addresses.
+type Consumers interface {
+	// List returns every consumer and its addresses. A consumer listed
+	// twice counts as one holding the union of its addresses.
+	List(ctx context.Context) ([]Consumer, error)
+	// Exists reports whether ref exists now. It is asked about the parents
+	// of records that List did not return, so a consumer created after
+	// List is not taken for a missing one.
+	Exists(ctx context.Context, ref ipaddress.ParentRef) (bool, error)
+}
+
+// Observer receives what repair passes find, for metrics. Dry-run passes
+// are not observed.
+type Observer interface {
+	// RepairEvent is called for every finding, as it is made.
+	RepairEvent(Event)
+	// RepairDone is called at the end of every pass with its error (nil
+	// when the pass completed; findings are not errors).
+	RepairDone(Report, error)
+}
+
+// Repairer runs repair passes over the records of an allocator's store.
+type Repairer struct {
+	// Allocator gives the CIDRs, the store whose records are checked, and
+	// makes the repairs (Allocate and Release).
+	Allocator *allocator.Allocator
+	// Consumers is the truth the records are reconciled with.
+	Consumers Consumers
+	// LeakGrace is how old a record must be to be deleted as leaked or
+	// wrongly referenced. Zero means DefaultLeakGrace; negative means no
+	// grace at all.
+	LeakGrace time.Duration
+	// Now is the clock the records' ages are measured with; time.Now when
+	// nil.
+	Now func() time.Time
+	// DryRun reports what a pass would do and changes nothing.
+	DryRun bool
+	// Logger receives one line per finding. Quiet when nil.
+	Logger *slog.Logger
+	// Observer, when set, receives the findings (for metrics).
+	Observer Observer
+}
+
+func (r *Repairer) grace() time.Duration {
+	switch {
+	case r.LeakGrace == 0:
+		return DefaultLeakGrace
+	case r.LeakGrace < 0:
+		return 0
+	}
+	return r.LeakGrace
+}
+
+func (r *Repairer) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// pass is the state of one Run.
+type pass struct {
+	r      *Repairer
+	a      *allocator.Allocator
+	st     store.Store
+	log    *slog.Logger
+	index  *cidrset.Index
+	now    time.Time
+	grace  time.Duration
+	report Report
+
+	records map[netip.Addr]ipaddress.IPAddress   // as listed, less those deleted
+	deleted map[netip.Addr]bool                  // deleted by this pass (or would be)
+	holders map[netip.Addr][]ipaddress.ParentRef // consumers per parsed address
+	holds   map[ipaddress.ParentRef]map[netip.Addr]bool
+}
+
+// Run makes one repair pass. The error is for a pass that could not be
+// made (the records or the consumers could not be listed); problems with
+// single addresses are events of the report (Failed for errors), and the
+// pass goes on.
+func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
+	if r.Allocator == nil || r.Consumers == nil {
+		return Report{}, errors.New("repair: Allocator and Consumers are required")
+	}
+	p := &pass{
+		r:       r,
+		a:       r.Allocator,
+		st:      r.Allocator.Store(),
+		log:     r.Logger,
+		now:     r.now(),
+		grace:   r.grace(),
+		records: map[netip.Addr]ipaddress.IPAddress{},
+		deleted: map[netip.Addr]bool{},
+		holders: map[netip.Addr][]ipaddress.ParentRef{},
+		holds:   map[ipaddress.ParentRef]map[netip.Addr]bool{},
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.report.DryRun = r.DryRun
+	if r.Observer != nil && !r.DryRun {
+		defer func() { r.Observer.RepairDone(rep, err) }()
+	}
+	// Records first, consumers second: an address allocated and handed to
+	// its consumer between the two listings is then seen as held by a
+	// consumer without a record, and the repair's Allocate finds the
+	// record already there (see repair), rather than as a record without
+	// its consumer.
+	recs, err := p.st.ListAddresses(ctx)
+	if err != nil {
+		return p.report, fmt.Errorf("repair: listing records: %w", err)
+	}
+	consumers, err := r.Consumers.List(ctx)
+	if err != nil {
+		return p.report, fmt.Errorf("repair: listing consumers: %w", err)
+	}
+	p.index = cidrset.NewIndex(p.a.CIDRs())
+	p.report.Records = len(recs)
+
+	// Merge consumers listed twice, keeping the first-seen order.
+	var order []ipaddress.ParentRef
+	addrs := map[ipaddress.ParentRef][]string{}
+	for _, c := range consumers {
+		if _, ok := addrs[c.Ref]; !ok {
+			order = append(order, c.Ref)
+			addrs[c.Ref] = []string{}
+		}
+		for _, s := range c.Addrs {
+			if !slices.Contains(addrs[c.Ref], s) {
+				addrs[c.Ref] = append(addrs[c.Ref], s)
+			}
+		}
+	}
+	p.report.Consumers = len(order)
+	for _, ref := range order {
+		p.holds[ref] = map[netip.Addr]bool{}
+		for _, s := range addrs[ref] {
+			a, err := ipaddress.ParseAddr(s)
+			if err != nil || p.holds[ref][a] {
+				continue
+			}
+			p.holds[ref][a] = true
+			p.holders[a] = append(p.holders[a], ref)
+		}
+	}
+
+	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	for _, rec := range recs {
+		p.records[rec.Addr] = rec
+	}
+	for _, rec := range recs {
+		if err := ctx.Err(); err != nil {
+			return p.report, err
+		}
+		p.checkRecord(ctx, rec)
+	}
+	for _, ref := range order {
+		for _, s := range addrs[ref] {
+			if err := ctx.Err(); err != nil {
+				return p.report, err
+			}
+			p.checkConsumerAddr(ctx, ref, s)
+		}
+	}
+	return p.report, nil
+}
+
+// emit records an event, logs it and tells the observer.
+func (p *pass) emit(e Event) {
+	e.DryRun = p.r.DryRun && (e.Kind == Repaired || e.Kind == Leak || e.Kind == WrongReference)
+	if e.DryRun {
+		e.Message += " (dry run: not changed)"
+	}
+	p.report.Events = append(p.report.Events, e)
+	attrs := []any{"kind", string(e.Kind), "addr", e.Addr, "ref", e.Ref.String()}
+	if e.Err != nil {
+		attrs = append(attrs, "err", e.Err)
+	}
+	switch {
+	case e.Kind.Pending():
+		p.log.Debug(e.Message, attrs...)
+	case e.Kind == Repaired:
+		p.log.Info(e.Message, attrs...)
+	default:
+		p.log.Warn(e.Message, attrs...)
+	}
+	if p.r.Observer != nil && !p.r.DryRun {
+		p.r.Observer.RepairEvent(e)
+	}
+}
+
+func (p *pass) pending(remaining time.Duration) {
+	if remaining <= 0 {
+		remaining = time.Nanosecond
+	}
+	if p.report.RetryAfter == 0 || remaining < p.report.RetryAfter {
+		p.report.RetryAfter = remaining
+	}
+}
+
+// checkRecord checks one record against its parent.
+func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
+	addr := rec.Addr.String()
+	holders := p.holders[rec.Addr]
+	if len(holders) > 1 {
+		return // a duplicate: reported with the consumers, left alone
+	}
+	if p.holds[rec.Parent][rec.Addr] {
+		return // consistent
+	}
+	kind, pendingKind := WrongReference, WrongReferencePending
+	if _, listed := p.holds[rec.Parent]; !listed {
+		exists, err := p.r.Consumers.Exists(ctx, rec.Parent)
+		if err != nil {
+			p.emit(Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
+				Message: fmt.Sprintf("unable to get parent %s of %s due to an unknown error: %v", rec.Parent, addr, err)})
+			return
+		}
+		if exists {
+			// Created after List: whether it holds the address is for
+			// the next pass to see.
+			return
+		}
+		kind, pendingKind = Leak, LeakPending
+	}
+	age := p.now.Sub(rec.Created)
+	if rec.Created.IsZero() {
+		age = p.grace + 1 // a store that does not stamp records: no grace
+	}
+	if age <= p.grace {
+		var msg string
+		if kind == Leak {
+			msg = fmt.Sprintf("%s of %s has no parent, but was created %s ago (grace %s): checking again later", addr, rec.Parent, age.Round(time.Millisecond), p.grace)
+		} else {
+			msg = fmt.Sprintf("%s for %s is not held by it, but was created %s ago (grace %s): checking again later", addr, rec.Parent, age.Round(time.Millisecond), p.grace)
+		}
+		p.emit(Event{Kind: pendingKind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
+		p.pending(p.grace - age + 1)
+		return
+	}
+	var msg string
+	if kind == Leak {
+		msg = fmt.Sprintf("%s of %s appears to have leaked: cleaning up", addr, rec.Parent)
+	} else {
+		msg = fmt.Sprintf("%s has a wrong reference: its parent %s does not hold it; cleaning up", addr, rec.Parent)
+	}
+	if !p.r.DryRun {
+		gone, err := p.release(ctx, rec)
+		if err != nil {
+			p.emit(Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
+				Message: fmt.Sprintf("unable to release %s of %s: %v", addr, rec.Parent, err)})
+			return
+		}
+		if !gone {
+			// Released or replaced by someone else since the listing:
+			// nothing of what was found stands.
+			delete(p.records, rec.Addr)
+			return
+		}
+	}
+	delete(p.records, rec.Addr)
+	p.deleted[rec.Addr] = true
+	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
+}
+
+// release deletes rec if the store still holds exactly that record. It
+// reports false when the record is gone or was replaced since the listing.
+func (p *pass) release(ctx context.Context, rec ipaddress.IPAddress) (bool, error) {
+	cur, err := p.st.GetAddress(ctx, rec.Addr)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if cur.Revision != rec.Revision || cur.Parent != rec.Parent {
+		return false, nil
+	}
+	// Release, not the store: it re-checks a Terminating CIDR the
+	// address may have been holding.
+	if err := p.a.Release(ctx, rec.Addr); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return false, err
+	}
+	return true, nil
+}
+
+// inRange reports whether a CIDR (live or Terminating) host-contains a.
+func (p *pass) inRange(a netip.Addr) bool {
+	found := false
+	p.index.Containing(a, func(*cidrset.CIDR, netip.Prefix) bool {
+		found = true
+		return false
+	})
+	return found
+}
+
+// checkConsumerAddr checks one address a consumer holds.
+func (p *pass) checkConsumerAddr(ctx context.Context, ref ipaddress.ParentRef, s string) {
+	a, err := ipaddress.ParseAddr(s)
+	if err != nil {
+		p.emit(Event{Kind: Invalid, Addr: s, Ref: ref, Err: err,
+			Message: fmt.Sprintf("address %q of %s is not a valid IP (%v); please recreate it", s, ref, err)})
+		return
+	}
+	fam := ipaddress.FamilyOf(a)
+	if !p.inRange(a) {
+		p.emit(Event{Kind: OutOfRange, Addr: s, Ref: ref,
+			Message: fmt.Sprintf("ClusterIPOutOfRange: [%s] %s of %s is not within any CIDR; please recreate it", fam, s, ref)})
+		return
+	}
+	if holders := p.holders[a]; len(holders) > 1 {
+		if holders[0] == ref { // report once per address
+			p.emit(Event{Kind: Duplicate, Addr: s, Ref: ref, Holders: slices.Clone(holders),
+				Message: fmt.Sprintf("[%s] %s is already allocated: held by %s; please recreate all but one", fam, s, joinRefs(holders))})
+		}
+		return
+	}
+	if _, ok := p.records[a]; ok {
+		// Held by ref (consistent), or by a record the record pass left
+		// for later: nothing to do now.
+		return
+	}
+	p.repair(ctx, ref, a)
+}
+
+// repair creates the missing record of a, held by ref.
+func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr) {
+	s, fam := a.String(), ipaddress.FamilyOf(a)
+	msg := fmt.Sprintf("[%s] %s of %s is not allocated; repairing", fam, s, ref)
+	var err error
+	if p.r.DryRun {
+		err = p.a.DryRun().Allocate(ctx, a, ref)
+		if errors.Is(err, allocator.ErrAllocated) && p.deleted[a] {
+			err = nil // held by the record this pass would delete
+		}
+		if errors.Is(err, allocator.ErrTerminating) {
+			err = nil
+			msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal would wait for it)", strings.Join(p.terminatingAt(a), ", "))
+		}
+	} else {
+		_, err = p.a.Allocate(ctx, a, ref)
+		if errors.Is(err, allocator.ErrTerminating) {
+			var names []string
+			names, err = p.adopt(ctx, ref, a)
+			if err == nil {
+				msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal now waits for it)", strings.Join(names, ", "))
+			}
+		}
+	}
+	switch {
+	case err == nil:
+		p.emit(Event{Kind: Repaired, Addr: s, Ref: ref, Message: msg})
+	case errors.Is(err, allocator.ErrAllocated):
+		// Allocated since the listing: by ref itself (a consumer
+		// written just after its allocation) or by another owner.
+		cur, gerr := p.st.GetAddress(ctx, a)
+		if gerr == nil && cur.Parent == ref {
+			return
+		}
+		holders := []ipaddress.ParentRef{ref}
+		if gerr == nil {
+			holders = append(holders, cur.Parent)
+		}
+		p.emit(Event{Kind: Duplicate, Addr: s, Ref: ref, Holders: holders,
+			Message: fmt.Sprintf("[%s] %s of %s is already allocated: held by %s", fam, s, ref, joinRefs(holders))})
+	case errors.Is(err, allocator.ErrNotInRange), errors.Is(err, allocator.ErrMismatch):
+		// The CIDR went away since the pass read them.
+		p.emit(Event{Kind: OutOfRange, Addr: s, Ref: ref, Err: err,
+			Message: fmt.Sprintf("ClusterIPOutOfRange: [%s] %s of %s is not within any CIDR; please recreate it", fam, s, ref)})
+	default:
+		p.emit(Event{Kind: Failed, Addr: s, Ref: ref, Err: err, Full: errors.Is(err, allocator.ErrFull),
+			Message: fmt.Sprintf("unable to allocate [%s] %s of %s due to an error: %v", fam, s, ref, err)})
+	}
+}
+
+// terminatingAt returns the Terminating CIDRs that host-contain a.
+func (p *pass) terminatingAt(a netip.Addr) []string {
+	var names []string
+	p.index.Containing(a, func(c *cidrset.CIDR, _ netip.Prefix) bool {
+		if c.Terminating && !slices.Contains(names, c.Name) {
+			names = append(names, c.Name)
+		}
+		return true
+	})
+	return names
+}
+
+// adopt records a, held by ref, inside the Terminating CIDRs containing it
+// (the allocator serves no address from those), fenced on the first of
+// them, so the CIDR is not removed while a consumer holds the address.
+func (p *pass) adopt(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr) ([]string, error) {
+	names := p.terminatingAt(a)
+	if len(names) == 0 {
+		return nil, &allocator.RangeError{Addr: a}
+	}
+	for attempt := 0; ; attempt++ {
+		c, err := p.a.GetCIDR(names[0])
+		if err != nil {
+			return nil, err
+		}
+		_, err = p.st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: ref}},
+			store.Fence{CIDR: c.Name, Revision: c.Revision})
+		switch {
+		case err == nil:
+			return names, nil
+		case errors.Is(err, store.ErrExists):
+			return nil, allocator.ErrAllocated
+		case errors.Is(err, store.ErrFenced) && attempt < 3:
+			// The allocator's view lags the store: read it again.
+			if sc, gerr := p.st.GetCIDR(ctx, c.Name); gerr == nil {
+				_ = p.a.WaitRevision(ctx, sc.Revision)
+			} else if errors.Is(gerr, store.ErrNotFound) {
+				return nil, &allocator.RangeError{Addr: a}
+			}
+			continue
+		}
+		return nil, err
+	}
+}
+
+func joinRefs(refs []ipaddress.ParentRef) string {
+	s := make([]string, len(refs))
+	for i, r := range refs {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// Static is a fixed set of consumers: List returns them and Exists tells
+// whether a ref is among them. For tools (ipamctl's --consumers file) and
+// tests: every record whose parent is not in the set counts as leaked.
+type Static struct {
+	consumers []Consumer
+	refs      map[ipaddress.ParentRef]bool
+}
+
+// NewStatic returns the consumers cs as a Consumers.
+func NewStatic(cs ...Consumer) *Static {
+	s := &Static{consumers: slices.Clone(cs), refs: map[ipaddress.ParentRef]bool{}}
+	for _, c := range cs {
+		s.refs[c.Ref] = true
+	}
+	return s
+}
+
+// List implements Consumers.
+func (s *Static) List(context.Context) ([]Consumer, error) { return slices.Clone(s.consumers), nil }
+
+// Exists implements Consumers.
+func (s *Static) Exists(_ context.Context, ref ipaddress.ParentRef) (bool, error) {
+	return s.refs[ref], nil
+}
