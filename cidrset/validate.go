@@ -1,0 +1,268 @@
+package cidrset
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// Field names and detail messages. The details are the reference's words.
+const (
+	fieldName  = "metadata.name"
+	fieldCIDRs = "spec.cidrs"
+
+	detailInvalidCIDR   = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+	detailLeadingZeros  = "must not have leading 0s in IP or prefix length"
+	detailIPv4Mapped    = "must not have an IPv4-mapped IPv6 address"
+	detailBitsBeyond    = "must not have bits set beyond the prefix length"
+	detailCanonicalForm = "must be in canonical form (%q)"
+	detailNoCIDR        = "at least one CIDR required"
+	detailTooMany       = "may only hold up to 2 values"
+	detailOnePerFamily  = "may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64"
+	detailImmutable     = "field is immutable"
+
+	maxPrefixes = 2
+)
+
+// fieldCIDR returns the path of the i-th prefix, "spec.cidrs[i]".
+func fieldCIDR(i int) string { return fmt.Sprintf("%s[%d]", fieldCIDRs, i) }
+
+func invalid(field, value, detail string) error {
+	return &ipaddress.FieldError{Field: field, Value: value, Detail: detail}
+}
+
+// joinErrs returns nil for no error, the error itself for one, and a flat
+// errors.Join of them otherwise (joined errors among errs are expanded).
+func joinErrs(errs ...error) error {
+	var flat []error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			flat = append(flat, j.Unwrap()...)
+			continue
+		}
+		flat = append(flat, err)
+	}
+	switch len(flat) {
+	case 0:
+		return nil
+	case 1:
+		return flat[0]
+	}
+	return errors.Join(flat...)
+}
+
+// ParsePrefix parses s strictly: canonical, no leading zeros, no host bits,
+// not IPv4-mapped.
+//
+// Canonical means what netip.Prefix.String returns: IPv4 dotted decimal
+// without leading zeros, IPv6 per RFC 5952 (lower-case hex, longest zero
+// run compressed), prefix length in decimal without leading zeros. Only the
+// first problem found is reported, in this order: unparsable, leading
+// zeros, IPv4-mapped, bits beyond the prefix length, not canonical. On
+// failure the error is a *ipaddress.FieldError for "spec.cidrs" and the
+// Prefix is the zero Prefix.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	p, err := parsePrefix(fieldCIDRs, s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return p, nil
+}
+
+func parsePrefix(field, s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		if leadingZerosOnly(s) {
+			return netip.Prefix{}, invalid(field, s, detailLeadingZeros)
+		}
+		return netip.Prefix{}, invalid(field, s, detailInvalidCIDR)
+	}
+	if err := validatePrefix(field, p); err != nil {
+		// p.String() is not s here when the problem is a mapped
+		// address or host bits; report the value as given.
+		var fe *ipaddress.FieldError
+		if errors.As(err, &fe) {
+			fe.Value = s
+		}
+		return netip.Prefix{}, err
+	}
+	if c := p.String(); c != s {
+		return netip.Prefix{}, invalid(field, s, fmt.Sprintf(detailCanonicalForm, c))
+	}
+	return p, nil
+}
+
+// leadingZerosOnly reports whether s, which netip.ParsePrefix rejected,
+// would parse once leading zeros are removed from the decimal prefix
+// length and from the dotted-decimal IPv4 part of the address, as the
+// legacy parsers accepted ("010.0.0.0/8", "10.0.0.0/08").
+func leadingZerosOnly(s string) bool {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		return false
+	}
+	addr, bits := s[:i], s[i+1:]
+	if strings.IndexByte(addr, '%') >= 0 {
+		return false
+	}
+	if bits == "" {
+		return false
+	}
+	for j := 0; j < len(bits); j++ {
+		if bits[j] < '0' || bits[j] > '9' {
+			return false
+		}
+	}
+	bits = strings.TrimLeft(bits, "0")
+	if bits == "" {
+		bits = "0"
+	}
+	if _, err := netip.ParseAddr(addr); err != nil {
+		var ok bool
+		if addr, ok = stripIPv4LeadingZeros(addr); !ok {
+			return false
+		}
+	}
+	fixed := addr + "/" + bits
+	if fixed == s {
+		return false
+	}
+	_, err := netip.ParsePrefix(fixed)
+	return err == nil
+}
+
+// stripIPv4LeadingZeros removes leading zeros from the dotted-decimal IPv4
+// part of an address string (all of it, or the tail after the last ':').
+// It reports false when that part is not four fields of decimal digits of
+// at most three significant digits each.
+func stripIPv4LeadingZeros(a string) (string, bool) {
+	head, tail := "", a
+	if i := strings.LastIndexByte(a, ':'); i >= 0 {
+		head, tail = a[:i+1], a[i+1:]
+	}
+	fields := strings.Split(tail, ".")
+	if len(fields) != 4 {
+		return "", false
+	}
+	for i, f := range fields {
+		if f == "" || strings.Trim(f, "0123456789") != "" {
+			return "", false
+		}
+		f = strings.TrimLeft(f, "0")
+		if f == "" {
+			f = "0"
+		}
+		if len(f) > 3 {
+			return "", false
+		}
+		fields[i] = f
+	}
+	return head + strings.Join(fields, "."), true
+}
+
+// ValidatePrefix reports whether p is an acceptable prefix value: valid
+// (not the zero Prefix), not IPv4-mapped, no bits set beyond the prefix
+// length. The error is a *ipaddress.FieldError for "spec.cidrs".
+func ValidatePrefix(p netip.Prefix) error { return validatePrefix(fieldCIDRs, p) }
+
+func validatePrefix(field string, p netip.Prefix) error {
+	switch {
+	case !p.IsValid():
+		return invalid(field, "", detailInvalidCIDR)
+	case p.Addr().Zone() != "":
+		return invalid(field, p.String(), detailInvalidCIDR)
+	case p.Addr().Is4In6():
+		return invalid(field, p.String(), detailIPv4Mapped)
+	case p != p.Masked():
+		return invalid(field, p.String(), detailBitsBeyond)
+	}
+	return nil
+}
+
+// ValidateName reports whether name is a DNS-1123 subdomain: at most 253
+// characters, dot-separated labels of lower case alphanumerics and '-',
+// each starting and ending with an alphanumeric. Errors name the field
+// "metadata.name"; an empty name is reported as required.
+func ValidateName(name string) error {
+	return ipaddress.ValidateDNS1123Subdomain(fieldName, name)
+}
+
+// prefixesValue prints a prefix list as an error value: "a, b, c".
+func prefixesValue(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		if p.IsValid() {
+			s[i] = p.String()
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// Validate reports whether c may be created.
+//
+// The name must pass ValidateName. The prefixes: at least one
+// ("spec.cidrs: at least one CIDR required"), at most two ("may only hold
+// up to 2 values"; the prefixes are then not checked further), each valid
+// by ValidatePrefix (field "spec.cidrs[i]"), and two of them must be of
+// different families. All problems found are joined.
+func (c CIDR) Validate() error {
+	return joinErrs(ValidateName(c.Name), validatePrefixes(c.Prefixes))
+}
+
+func validatePrefixes(ps []netip.Prefix) error {
+	switch {
+	case len(ps) == 0:
+		return invalid(fieldCIDRs, "", detailNoCIDR)
+	case len(ps) > maxPrefixes:
+		return invalid(fieldCIDRs, prefixesValue(ps), detailTooMany)
+	}
+	var errs []error
+	for i, p := range ps {
+		errs = append(errs, validatePrefix(fieldCIDR(i), p))
+	}
+	if len(ps) == 2 && ps[0].IsValid() && ps[1].IsValid() &&
+		ps[0].Addr().Is4() == ps[1].Addr().Is4() {
+		errs = append(errs, invalid(fieldCIDRs, prefixesValue(ps), detailOnePerFamily))
+	}
+	return joinErrs(errs...)
+}
+
+// ValidateUpdate reports whether old may become updated.
+//
+// The name must not change ("metadata.name: field is immutable"). The
+// prefixes must not change either ("field is immutable", on "spec.cidrs[i]"
+// for a changed entry, on "spec.cidrs" when the count changes), with one
+// exception: a single-stack CIDR may become dual-stack, its one prefix
+// staying first and a prefix of the other family added second. updated is
+// also validated in full (CIDR.Validate). All problems found are joined.
+func ValidateUpdate(old, updated CIDR) error {
+	var errs []error
+	if old.Name != updated.Name && updated.Name != "" { // "" is reported by updated.Validate
+		errs = append(errs, invalid(fieldName, updated.Name, detailImmutable))
+	}
+	switch {
+	case len(old.Prefixes) == len(updated.Prefixes):
+		for i, p := range old.Prefixes {
+			// A zero prefix is reported by updated.Validate.
+			if q := updated.Prefixes[i]; q != p && q.IsValid() {
+				errs = append(errs, invalid(fieldCIDR(i), q.String(), detailImmutable))
+			}
+		}
+	case len(old.Prefixes) == 1 && len(updated.Prefixes) == 2:
+		// Single to dual stack; that the added prefix is of the other
+		// family is checked by updated.Validate below.
+		if q := updated.Prefixes[0]; q != old.Prefixes[0] && q.IsValid() {
+			errs = append(errs, invalid(fieldCIDR(0), q.String(), detailImmutable))
+		}
+	case len(updated.Prefixes) > 0: // none is reported by updated.Validate
+		errs = append(errs, invalid(fieldCIDRs, prefixesValue(updated.Prefixes), detailImmutable))
+	}
+	errs = append(errs, updated.Validate())
+	return joinErrs(errs...)
+}

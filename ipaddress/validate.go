@@ -1,0 +1,347 @@
+package ipaddress
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// ErrInvalid is matched (errors.Is) by every validation error of this
+// module: a *FieldError, or several joined together.
+var ErrInvalid = errors.New("invalid")
+
+// FieldError is one validation failure of one field.
+//
+// Its message follows the Kubernetes field-error style:
+//
+//	<field>: Invalid value: "<value>": <detail>
+//
+// The value is printed Go-quoted (%q), so control characters and invalid
+// UTF-8 are escaped. A FieldError with an empty Value reports a missing
+// value instead:
+//
+//	<field>: Required value
+//	<field>: Required value: <detail>
+//
+// Functions that find several problems return them joined with
+// errors.Join; use errors.As to reach the first *FieldError, or unwrap the
+// join (interface{ Unwrap() []error }) to see them all. Every FieldError
+// matches ErrInvalid with errors.Is.
+type FieldError struct {
+	Field  string // path of the field, e.g. "spec.cidrs[0]" or "metadata.name"
+	Value  string // the offending value, as given
+	Detail string // what is wrong, in the reference's words
+}
+
+// Error formats e as described on FieldError.
+func (e *FieldError) Error() string {
+	if e.Value == "" {
+		if e.Detail == "" {
+			return e.Field + ": Required value"
+		}
+		return e.Field + ": Required value: " + e.Detail
+	}
+	return fmt.Sprintf("%s: Invalid value: %q: %s", e.Field, e.Value, e.Detail)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Field names and detail messages. The details are the reference's words.
+const (
+	fieldName      = "metadata.name"
+	fieldParentRef = "spec.parentRef"
+
+	detailInvalidIP     = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+	detailLeadingZeros  = "must not have leading 0s"
+	detailIPv4Mapped    = "must not be an IPv4-mapped IPv6 address"
+	detailCanonicalForm = "must be in canonical form (%q)"
+
+	detailParentRefForm = "must be of the form resource[.group]/[namespace/]name"
+
+	detailLabel     = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')"
+	detailSubdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+	detailMaxLen    = "must be no more than %d characters"
+
+	maxLabelLen     = 63
+	maxSubdomainLen = 253
+)
+
+// joinErrs returns nil for no error, the error itself for one, and
+// errors.Join of them otherwise.
+func joinErrs(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// ParseAddr parses s strictly: it must be an IPv4 or IPv6 address in
+// canonical form, not IPv4-mapped, without a zone.
+//
+// Canonical means IPv4 dotted decimal without leading zeros and IPv6 as
+// RFC 5952 prints it (lower-case hex, no leading zeros in a group, the
+// longest run of zero groups compressed): what netip.Addr.String returns.
+// On failure the error is a *FieldError for "metadata.name" and the Addr is
+// the zero Addr.
+func ParseAddr(s string) (netip.Addr, error) {
+	invalid := func(detail string) (netip.Addr, error) {
+		return netip.Addr{}, &FieldError{Field: fieldName, Value: s, Detail: detail}
+	}
+	if strings.IndexByte(s, '%') >= 0 {
+		// A zone is never part of an allocatable address.
+		return invalid(detailInvalidIP)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		if onlyLeadingZeros(s) {
+			return invalid(detailLeadingZeros)
+		}
+		return invalid(detailInvalidIP)
+	}
+	if a.Is4In6() {
+		return invalid(detailIPv4Mapped)
+	}
+	if c := a.String(); c != s {
+		return invalid(fmt.Sprintf(detailCanonicalForm, c))
+	}
+	return a, nil
+}
+
+// onlyLeadingZeros reports whether s, which netip.ParseAddr rejected,
+// parses once leading zeros are removed from its dotted-decimal IPv4 part
+// (the whole of s, or the tail after the last ':' of an IPv6 address), as
+// the legacy parsers accepted: "010.1.2.3", "::ffff:1.2.3.04".
+func onlyLeadingZeros(s string) bool {
+	head, tail := "", s
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		head, tail = s[:i+1], s[i+1:]
+	}
+	fields := strings.Split(tail, ".")
+	if len(fields) != 4 {
+		return false
+	}
+	var b strings.Builder
+	b.WriteString(head)
+	for i, f := range fields {
+		if f == "" {
+			return false
+		}
+		for j := 0; j < len(f); j++ {
+			if f[j] < '0' || f[j] > '9' {
+				return false
+			}
+		}
+		f = strings.TrimLeft(f, "0")
+		if f == "" {
+			f = "0"
+		}
+		if len(f) > 3 { // more than 255 whatever the digits
+			return false
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(f)
+	}
+	fixed := b.String()
+	if fixed == s {
+		return false
+	}
+	_, err := netip.ParseAddr(fixed)
+	return err == nil
+}
+
+// ValidateAddr reports whether a may be allocated: valid, not IPv4-mapped, no zone.
+// The error is a *FieldError for "metadata.name".
+func ValidateAddr(a netip.Addr) error {
+	switch {
+	case !a.IsValid():
+		return &FieldError{Field: fieldName, Detail: detailInvalidIP}
+	case a.Zone() != "":
+		return &FieldError{Field: fieldName, Value: a.String(), Detail: detailInvalidIP}
+	case a.Is4In6():
+		return &FieldError{Field: fieldName, Value: a.String(), Detail: detailIPv4Mapped}
+	}
+	return nil
+}
+
+// ParseParentRef parses the printed form "resource[.group]/namespace/name" or "resource[.group]/name".
+//
+// It is the exact inverse of ParentRef.String: for every valid p,
+// ParseParentRef(p.String()) == p, and for every s it accepts,
+// ParseParentRef(s).String() == s. The text before the first '.' of the
+// first segment is the resource, the rest is the group. Empty segments are
+// rejected, and the result is validated (ParentRef.Validate).
+func ParseParentRef(s string) (ParentRef, error) {
+	badForm := func() (ParentRef, error) {
+		return ParentRef{}, &FieldError{Field: fieldParentRef, Value: s, Detail: detailParentRefForm}
+	}
+	parts := strings.Split(s, "/")
+	var p ParentRef
+	switch len(parts) {
+	case 2:
+		p.Name = parts[1]
+	case 3:
+		p.Namespace, p.Name = parts[1], parts[2]
+	default:
+		return badForm()
+	}
+	for _, part := range parts {
+		if part == "" {
+			return badForm()
+		}
+	}
+	p.Resource = parts[0]
+	if i := strings.IndexByte(parts[0], '.'); i >= 0 {
+		p.Resource, p.Group = parts[0][:i], parts[0][i+1:]
+		if p.Resource == "" || p.Group == "" {
+			return badForm()
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return ParentRef{}, err
+	}
+	return p, nil
+}
+
+// Validate reports whether p is a valid owner reference.
+//
+// Resource is required and must be a DNS-1123 label (lower case
+// alphanumerics and '-', at most 63 characters); Name is required and must
+// be a DNS-1123 subdomain (at most 253 characters); Namespace, when set,
+// must be a DNS-1123 label; Group, when set, a DNS-1123 subdomain. Errors
+// name the fields "spec.parentRef.group", "spec.parentRef.resource",
+// "spec.parentRef.namespace" and "spec.parentRef.name", in that order.
+func (p ParentRef) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.Group != "" {
+		add(ValidateDNS1123Subdomain(fieldParentRef+".group", p.Group))
+	}
+	add(ValidateDNS1123Label(fieldParentRef+".resource", p.Resource))
+	if p.Namespace != "" {
+		add(ValidateDNS1123Label(fieldParentRef+".namespace", p.Namespace))
+	}
+	add(ValidateDNS1123Subdomain(fieldParentRef+".name", p.Name))
+	return joinErrs(flatten(errs))
+}
+
+// flatten expands joined errors one level, so that the result of
+// ParentRef.Validate is a flat list of *FieldError.
+func flatten(errs []error) []error {
+	var out []error
+	for _, err := range errs {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			out = append(out, j.Unwrap()...)
+			continue
+		}
+		out = append(out, err)
+	}
+	return out
+}
+
+// String prints p as "resource/namespace/name" ("services/default/kubernetes").
+// A Group is appended to the resource after a dot
+// ("gateways.gateway.networking.k8s.io/default/gw"); without a Namespace
+// (a cluster-scoped owner) the form is "resource/name".
+func (p ParentRef) String() string {
+	var b strings.Builder
+	b.Grow(len(p.Resource) + len(p.Group) + len(p.Namespace) + len(p.Name) + 3)
+	b.WriteString(p.Resource)
+	if p.Group != "" {
+		b.WriteByte('.')
+		b.WriteString(p.Group)
+	}
+	b.WriteByte('/')
+	if p.Namespace != "" {
+		b.WriteString(p.Namespace)
+		b.WriteByte('/')
+	}
+	b.WriteString(p.Name)
+	return b.String()
+}
+
+// Validate reports whether the record may be stored: its address passes
+// ValidateAddr and its parent ParentRef.Validate. Several problems are
+// joined.
+func (a IPAddress) Validate() error {
+	var errs []error
+	if err := ValidateAddr(a.Addr); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.Parent.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return joinErrs(flatten(errs))
+}
+
+// ValidateDNS1123Label reports whether value is a DNS-1123 label: 1 to 63
+// lower case alphanumerics or '-', starting and ending with an
+// alphanumeric. An empty value is reported as required; a value both too
+// long and malformed gets both errors, joined. Errors name field.
+func ValidateDNS1123Label(field, value string) error {
+	if value == "" {
+		return &FieldError{Field: field}
+	}
+	var errs []error
+	if len(value) > maxLabelLen {
+		errs = append(errs, &FieldError{Field: field, Value: value, Detail: fmt.Sprintf(detailMaxLen, maxLabelLen)})
+	}
+	if !isLabel(value) {
+		errs = append(errs, &FieldError{Field: field, Value: value, Detail: detailLabel})
+	}
+	return joinErrs(errs)
+}
+
+// ValidateDNS1123Subdomain reports whether value is a DNS-1123 subdomain:
+// at most 253 characters, one or more DNS-1123 labels (lower case
+// alphanumerics or '-', each starting and ending with an alphanumeric)
+// separated by '.'. An empty value is reported as required; a value both
+// too long and malformed gets both errors, joined. Errors name field.
+func ValidateDNS1123Subdomain(field, value string) error {
+	if value == "" {
+		return &FieldError{Field: field}
+	}
+	var errs []error
+	if len(value) > maxSubdomainLen {
+		errs = append(errs, &FieldError{Field: field, Value: value, Detail: fmt.Sprintf(detailMaxLen, maxSubdomainLen)})
+	}
+	ok := true
+	for l := range strings.SplitSeq(value, ".") {
+		if !isLabel(l) {
+			ok = false
+			break
+		}
+	}
+	if !ok {
+		errs = append(errs, &FieldError{Field: field, Value: value, Detail: detailSubdomain})
+	}
+	return joinErrs(errs)
+}
+
+// isLabel reports whether s matches [a-z0-9]([-a-z0-9]*[a-z0-9])? (any
+// length; the callers check the length).
+func isLabel(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,321 @@
+package ipaddress
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+const (
+	msgInvalidIP    = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+	msgLeadingZeros = "must not have leading 0s"
+	msgIPv4Mapped   = "must not be an IPv4-mapped IPv6 address"
+	msgLabel        = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')"
+	msgSubdomain    = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+	msgForm         = "must be of the form resource[.group]/[namespace/]name"
+)
+
+// fieldErrors returns every *FieldError in err, in order, failing the test
+// on any other error in the tree and checking errors.Is(err, ErrInvalid).
+func fieldErrors(t *testing.T, err error) []FieldError {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Errorf("errors.As(%v, *FieldError) = false", err)
+	}
+	var out []FieldError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *FieldError:
+			out = append(out, *e)
+		case interface{ Unwrap() []error }:
+			for _, err := range e.Unwrap() {
+				walk(err)
+			}
+		default:
+			t.Errorf("unexpected error %T: %v", err, err)
+		}
+	}
+	walk(err)
+	return out
+}
+
+// wantErrors compares the field errors of err with want.
+func wantErrors(t *testing.T, what string, err error, want ...FieldError) {
+	t.Helper()
+	got := fieldErrors(t, err)
+	if len(got) != len(want) {
+		t.Errorf("%s: got %d errors %q, want %d %q", what, len(got), got, len(want), want)
+		return
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("%s: error %d = %+v, want %+v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func TestFieldErrorFormat(t *testing.T) {
+	for _, tc := range []struct {
+		err  FieldError
+		want string
+	}{
+		{FieldError{"metadata.name", "010.0.0.1", msgLeadingZeros}, `metadata.name: Invalid value: "010.0.0.1": must not have leading 0s`},
+		{FieldError{"metadata.name", "a\"b\n", "x"}, `metadata.name: Invalid value: "a\"b\n": x`},
+		{FieldError{"spec.parentRef.name", "", ""}, `spec.parentRef.name: Required value`},
+		{FieldError{"spec.cidrs", "", "at least one CIDR required"}, `spec.cidrs: Required value: at least one CIDR required`},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %s, want %s", got, tc.want)
+		}
+	}
+}
+
+func TestFieldErrorIsErrInvalid(t *testing.T) {
+	var err error = &FieldError{Field: "f", Value: "v", Detail: "d"}
+	if !errors.Is(err, ErrInvalid) {
+		t.Error("FieldError does not match ErrInvalid")
+	}
+	if errors.Is(err, errors.New("invalid")) {
+		t.Error("FieldError matches an unrelated error")
+	}
+	joined := errors.Join(err, &FieldError{Field: "g"})
+	if !errors.Is(joined, ErrInvalid) {
+		t.Error("joined FieldErrors do not match ErrInvalid")
+	}
+	var fe *FieldError
+	if !errors.As(joined, &fe) || fe.Field != "f" {
+		t.Errorf("errors.As on joined errors = %v", fe)
+	}
+}
+
+func TestParseAddrAcceptsCanonicalAddresses(t *testing.T) {
+	for _, s := range []string{
+		"10.9.8.7", "0.0.0.0", "255.255.255.255", "10.96.0.1", "100.0.0.1",
+		"2001:db8::ffff", "::", "::1", "fd00:10::1", "2001:db8:0:1:1:1:1:1",
+		"2001:db8::1:0:0:1", "fe80::1", "::102:304",
+	} {
+		a, err := ParseAddr(s)
+		if err != nil {
+			t.Errorf("ParseAddr(%q): %v", s, err)
+			continue
+		}
+		if a.String() != s || a != netip.MustParseAddr(s) {
+			t.Errorf("ParseAddr(%q) = %v", s, a)
+		}
+	}
+}
+
+func TestAddrMustBeAValidIPAddress(t *testing.T) {
+	for _, s := range []string{
+		"", "foo", "10.0.0", "10.0.0.256", "10.0.0.1.1", "1.2.3.4/32", " 10.0.0.1",
+		"10.0.0.1 ", "2001:db8:::1", "2001:db8::g", "0x0a.0.0.1", "1.2.3.-4",
+		"fe80::1%eth0", "fe80::1%", "10.0.0.1%eth0", "1.2.3.0400",
+	} {
+		a, err := ParseAddr(s)
+		wantErrors(t, s, err, FieldError{"metadata.name", s, msgInvalidIP})
+		if a.IsValid() {
+			t.Errorf("ParseAddr(%q) returned %v with an error", s, a)
+		}
+	}
+}
+
+func TestAddrMustNotHaveLeadingZeros(t *testing.T) {
+	for _, s := range []string{
+		"010.0.0.1", "10.00.0.1", "10.0.0.01", "000.0.0.0", "10.0.0.0001",
+		"192.168.001.001", "::ffff:010.0.0.1", "2001:db8::1.2.3.04",
+	} {
+		_, err := ParseAddr(s)
+		wantErrors(t, s, err, FieldError{"metadata.name", s, msgLeadingZeros})
+	}
+}
+
+func TestAddrMustNotBeIPv4Mapped(t *testing.T) {
+	for _, s := range []string{"::ffff:10.0.0.1", "::ffff:a00:1", "::FFFF:10.0.0.1", "0::ffff:1.2.3.4"} {
+		_, err := ParseAddr(s)
+		wantErrors(t, s, err, FieldError{"metadata.name", s, msgIPv4Mapped})
+	}
+}
+
+func TestAddrMustBeInCanonicalForm(t *testing.T) {
+	for _, tc := range []struct{ in, canonical string }{
+		{"2001:db8:0:0::1", "2001:db8::1"},
+		{"2001:DB8::1", "2001:db8::1"},
+		{"2001:0db8::1", "2001:db8::1"},
+		{"2001:db8:0:0:0:0:0:1", "2001:db8::1"},
+		{"0:0:0:0:0:0:0:0", "::"},
+		{"2001:db8::0:1", "2001:db8::1"},
+		{"2001:db8:0:1:0:0:0:1", "2001:db8:0:1::1"},
+		{"::1.2.3.4", "::102:304"},
+		{"FD00::", "fd00::"},
+	} {
+		_, err := ParseAddr(tc.in)
+		wantErrors(t, tc.in, err, FieldError{"metadata.name", tc.in, `must be in canonical form ("` + tc.canonical + `")`})
+	}
+}
+
+func TestValidateAddrRejectsInvalidZonedAndMapped(t *testing.T) {
+	if err := ValidateAddr(netip.MustParseAddr("10.0.0.1")); err != nil {
+		t.Errorf("ValidateAddr(10.0.0.1): %v", err)
+	}
+	if err := ValidateAddr(netip.MustParseAddr("2001:db8::1")); err != nil {
+		t.Errorf("ValidateAddr(2001:db8::1): %v", err)
+	}
+	wantErrors(t, "zero", ValidateAddr(netip.Addr{}), FieldError{"metadata.name", "", msgInvalidIP})
+	wantErrors(t, "zone", ValidateAddr(netip.MustParseAddr("fe80::1%eth0")), FieldError{"metadata.name", "fe80::1%eth0", msgInvalidIP})
+	wantErrors(t, "mapped", ValidateAddr(netip.MustParseAddr("::ffff:10.0.0.1")), FieldError{"metadata.name", "::ffff:10.0.0.1", msgIPv4Mapped})
+}
+
+func TestParentRefStringForms(t *testing.T) {
+	for _, tc := range []struct {
+		p    ParentRef
+		want string
+	}{
+		{ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"}, "services/default/kubernetes"},
+		{ParentRef{Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "ns", Name: "gw"}, "gateways.gateway.networking.k8s.io/ns/gw"},
+		{ParentRef{Resource: "nodes", Name: "node-1.example"}, "nodes/node-1.example"},
+		{ParentRef{Group: "example.com", Resource: "widgets", Name: "w"}, "widgets.example.com/w"},
+	} {
+		if got := tc.p.String(); got != tc.want {
+			t.Errorf("%+v.String() = %q, want %q", tc.p, got, tc.want)
+		}
+		p, err := ParseParentRef(tc.want)
+		if err != nil || p != tc.p {
+			t.Errorf("ParseParentRef(%q) = %+v, %v; want %+v", tc.want, p, err, tc.p)
+		}
+	}
+}
+
+func TestParseParentRefRejectsMalformedForms(t *testing.T) {
+	for _, s := range []string{
+		"", "services", "/", "services/", "/name", "services//name", "services/ns/",
+		"/ns/name", "a/b/c/d", ".group/name", "services./name", "services./ns/name",
+	} {
+		p, err := ParseParentRef(s)
+		wantErrors(t, s, err, FieldError{"spec.parentRef", s, msgForm})
+		if p != (ParentRef{}) {
+			t.Errorf("ParseParentRef(%q) returned %+v with an error", s, p)
+		}
+	}
+}
+
+func TestParseParentRefValidatesTheParts(t *testing.T) {
+	_, err := ParseParentRef("Services.Example_Group/Default/kubernetes-")
+	wantErrors(t, "all parts", err,
+		FieldError{"spec.parentRef.group", "Example_Group", msgSubdomain},
+		FieldError{"spec.parentRef.resource", "Services", msgLabel},
+		FieldError{"spec.parentRef.namespace", "Default", msgLabel},
+		FieldError{"spec.parentRef.name", "kubernetes-", msgSubdomain},
+	)
+}
+
+func TestParentRefResourceIsRequiredLabel(t *testing.T) {
+	p := ParentRef{Namespace: "default", Name: "kubernetes"}
+	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.resource", "", ""})
+	for _, r := range []string{"Services", "services.v1", "-services", "services-", "serv ices", "services/x", "sérvices"} {
+		p.Resource = r
+		wantErrors(t, r, p.Validate(), FieldError{"spec.parentRef.resource", r, msgLabel})
+	}
+	p.Resource = strings.Repeat("a", 64)
+	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters"})
+	p.Resource = strings.Repeat("a", 63)
+	if err := p.Validate(); err != nil {
+		t.Errorf("63 chars: %v", err)
+	}
+	p.Resource = strings.Repeat("A", 64)
+	wantErrors(t, "64 chars upper", p.Validate(),
+		FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters"},
+		FieldError{"spec.parentRef.resource", p.Resource, msgLabel})
+}
+
+func TestParentRefNameIsRequiredSubdomain(t *testing.T) {
+	p := ParentRef{Resource: "services", Namespace: "default"}
+	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.name", "", ""})
+	for _, n := range []string{"Kubernetes", "-a", "a-", "a..b", "a.-b", "a_b", ".a", "a.", "a/b"} {
+		p.Name = n
+		wantErrors(t, n, p.Validate(), FieldError{"spec.parentRef.name", n, msgSubdomain})
+	}
+	for _, n := range []string{"kubernetes", "a", "0", "kube-dns", "a.b.c", "1-2.3-4", strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)} {
+		p.Name = n
+		if err := p.Validate(); err != nil {
+			t.Errorf("name %q: %v", n, err)
+		}
+	}
+	p.Name = strings.Repeat("a", 254)
+	wantErrors(t, "254 chars", p.Validate(), FieldError{"spec.parentRef.name", p.Name, "must be no more than 253 characters"})
+}
+
+func TestParentRefNamespaceIsOptionalLabel(t *testing.T) {
+	p := ParentRef{Resource: "nodes", Name: "node-1"}
+	if err := p.Validate(); err != nil {
+		t.Errorf("no namespace: %v", err)
+	}
+	for _, ns := range []string{"Default", "kube.system", "-ns", "ns-"} {
+		p.Namespace = ns
+		wantErrors(t, ns, p.Validate(), FieldError{"spec.parentRef.namespace", ns, msgLabel})
+	}
+	p.Namespace = strings.Repeat("n", 64)
+	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.namespace", p.Namespace, "must be no more than 63 characters"})
+}
+
+func TestParentRefGroupIsOptionalSubdomain(t *testing.T) {
+	p := ParentRef{Resource: "gateways", Namespace: "default", Name: "gw"}
+	for _, g := range []string{"", "gateway.networking.k8s.io", "example.com", "x"} {
+		p.Group = g
+		if err := p.Validate(); err != nil {
+			t.Errorf("group %q: %v", g, err)
+		}
+	}
+	for _, g := range []string{"Example.com", "example..com", "example.com.", "-x"} {
+		p.Group = g
+		wantErrors(t, g, p.Validate(), FieldError{"spec.parentRef.group", g, msgSubdomain})
+	}
+}
+
+func TestParentRefValidateReportsEveryProblem(t *testing.T) {
+	wantErrors(t, "zero ParentRef", ParentRef{}.Validate(),
+		FieldError{"spec.parentRef.resource", "", ""},
+		FieldError{"spec.parentRef.name", "", ""},
+	)
+	err := ParentRef{}.Validate()
+	want := "spec.parentRef.resource: Required value\nspec.parentRef.name: Required value"
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}
+
+func TestIPAddressValidateChecksAddressAndParent(t *testing.T) {
+	ok := IPAddress{Addr: netip.MustParseAddr("10.96.0.1"), Parent: ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid record: %v", err)
+	}
+	bad := IPAddress{Addr: netip.MustParseAddr("::ffff:10.96.0.1"), Parent: ParentRef{Resource: "services", Namespace: "default"}}
+	wantErrors(t, "bad record", bad.Validate(),
+		FieldError{"metadata.name", "::ffff:10.96.0.1", msgIPv4Mapped},
+		FieldError{"spec.parentRef.name", "", ""},
+	)
+	wantErrors(t, "zero record", IPAddress{}.Validate(),
+		FieldError{"metadata.name", "", msgInvalidIP},
+		FieldError{"spec.parentRef.resource", "", ""},
+		FieldError{"spec.parentRef.name", "", ""},
+	)
+}
+
+func TestDNS1123HelpersRequireAValue(t *testing.T) {
+	wantErrors(t, "label", ValidateDNS1123Label("f", ""), FieldError{"f", "", ""})
+	wantErrors(t, "subdomain", ValidateDNS1123Subdomain("f", ""), FieldError{"f", "", ""})
+	if err := ValidateDNS1123Label("f", "a-1"); err != nil {
+		t.Error(err)
+	}
+	if err := ValidateDNS1123Subdomain("f", "a-1.b"); err != nil {
+		t.Error(err)
+	}
+}
