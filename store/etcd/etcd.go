@@ -1,0 +1,616 @@
+// Package etcd is a store.Store kept in etcd, for allocators running in
+// several processes (an HA control plane) that must hand out each address at
+// most once between them.
+//
+// # Key layout
+//
+// Every key starts with a prefix (default "/netipam", see WithPrefix) and a
+// layout version, "v1":
+//
+//	<prefix>/v1/cidrs/<name>                                    a CIDR
+//	<prefix>/v1/ips/4/<8 hex digits>                            an IPv4 address record
+//	<prefix>/v1/ips/6/<32 hex digits>                           an IPv6 address record
+//	<prefix>/v1/owners/<group>/<resource>/<namespace>/<name>/<4|6>/<hex>
+//	                                                            the owner index
+//
+// Address keys hold the address as fixed-width lower-case hex, so key order is
+// numeric order and the addresses of a prefix are one key range. Owner
+// fields are escaped (every byte outside [A-Za-z0-9._~-], '/' and '%'
+// included, becomes %XX), so the owner part of an owner key names exactly one
+// owner and an owner's addresses are one key range too.
+//
+// # Values
+//
+// Values are JSON objects with a version field "v" (now 1):
+//
+//	CIDR:    {"v":1,"prefixes":["10.96.0.0/28"],"terminating":true,"created":<Unix ns>}
+//	address: {"v":1,"group":"","resource":"services","namespace":"default","name":"kubernetes","created":<Unix ns>}
+//
+// "terminating", "group" and "namespace" are left out when empty. An owner
+// key holds the same value as its address key. Names and addresses are
+// keys, never values; revisions are etcd's: a CIDR's Revision is its key's
+// ModRevision and a record's Revision is the revision of the transaction
+// that created it (records are never updated). A key or value this package
+// cannot decode (garbage, another "v") is reported as a *CorruptError naming
+// the key, which matches store.ErrCorrupt.
+//
+// # The owner index
+//
+// AddressesOf is served by the owner keys: CreateAddresses puts the address
+// key and its owner key in the same transaction, and DeleteAddress removes
+// both in one transaction fenced on the address key, so the index is never
+// out of step with the records and AddressesOf is one linearizable range
+// read over exactly the owner's keys, on any client, with no scan. An
+// in-process index fed by the watch was the alternative; it would cost memory
+// per address in every process, and answer only as of the watch's last
+// revision, so a caller would not read its own writes without an extra round
+// trip to learn the current revision. The owner keys cost one more Put per
+// address in the creating transaction; etcd's cost is per transaction
+// (one raft entry, one fsync), so that is cheap.
+//
+// # Atomicity
+//
+// CreateAddresses is one transaction: if every address key has
+// CreateRevision 0 and every fenced CIDR key has the fence's ModRevision,
+// all keys are put; otherwise the same transaction reads the keys, to tell
+// which address was taken (*store.AddressExistsError) or which fence failed
+// (*store.FencedError). UpdateCIDR and DeleteCIDR compare the CIDR's
+// ModRevision, and DeleteCIDR the fences' too. A batch may hold at most
+// MaxBatch addresses (etcd's default limit of 128 operations per
+// transaction).
+//
+// When a creating transaction fails in a way that leaves its outcome unknown
+// (the member serving it went away), the store reads the keys back: if they
+// hold exactly the values it wrote, the create succeeded and is reported so.
+//
+// # Watch
+//
+// Watch reads the CIDRs and the address keys (keys only: the key is the
+// address) in pages, all at one revision R, hands that to Reset, then
+// watches the range from R+1 with previous values, so deletes carry the old
+// record. A compacted, canceled or broken watch makes it read and Reset
+// again. Owner keys sort outside the watched range and cost watchers nothing.
+//
+// # Availability
+//
+// The store is as available as its client: give the client every endpoint
+// of the cluster (clientv3.Config.Endpoints), so it moves to another member
+// when one is lost. Watches run with clientv3.WithRequireLeader, so a member
+// cut off from the leader ends them and they resume elsewhere.
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// DefaultPrefix is the key prefix used unless WithPrefix says otherwise.
+const DefaultPrefix = "/netipam"
+
+// MaxBatch is the most addresses one CreateAddresses call may create: each
+// takes two Puts, and etcd allows 128 operations per transaction by default.
+const MaxBatch = 64
+
+// defaultPageSize is how many keys one range read of a listing returns.
+const defaultPageSize = 10000
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the key prefix (default "/netipam"). A trailing "/" is
+// dropped. Stores with different prefixes share nothing.
+func WithPrefix(p string) Option {
+	return func(s *Store) { s.prefix = strings.TrimRight(p, "/") }
+}
+
+// WithClock sets the clock that stamps Created (for tests).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithCloseClient makes Close close the client too. By default the caller
+// keeps ownership of the client.
+func WithCloseClient() Option { return func(s *Store) { s.closeClient = true } }
+
+// WithPageSize sets how many keys one range read returns when listing
+// (default 10000).
+func WithPageSize(n int64) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.pageSize = n
+		}
+	}
+}
+
+// WithErrorHandler receives the errors a watch meets after Watch returned,
+// which it cannot return: failed re-lists (it retries with backoff) and keys
+// or values it cannot decode (*CorruptError). A value that cannot be decoded
+// does not stop the watch: an address is still delivered (its key is the
+// address), with a zero Parent; a CIDR is delivered as deleted, so it serves
+// nothing until it is repaired. The handler is called from the watch's
+// goroutine and must not block. By default errors are dropped.
+func WithErrorHandler(fn func(error)) Option { return func(s *Store) { s.onError = fn } }
+
+// Store is a store.Store in etcd. It is safe for concurrent use, by any
+// number of Stores in any number of processes sharing the cluster and prefix.
+type Store struct {
+	cli         *clientv3.Client
+	prefix      string
+	now         func() time.Time
+	closeClient bool
+	pageSize    int64
+	onError     func(error)
+
+	cidrPfx, ipPfx, ownerPfx string
+
+	closed  atomic.Bool
+	stop    context.Context // canceled by Close; ends every watch
+	cancel  context.CancelFunc
+	watches sync.WaitGroup
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a store on client. The client should know every endpoint of
+// the cluster.
+func New(client *clientv3.Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("etcd store: nil client")
+	}
+	s := &Store{cli: client, prefix: DefaultPrefix, now: time.Now, pageSize: defaultPageSize}
+	for _, o := range opts {
+		o(s)
+	}
+	base := s.prefix + "/v1/"
+	s.cidrPfx, s.ipPfx, s.ownerPfx = base+"cidrs/", base+"ips/", base+"owners/"
+	s.stop, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (s *Store) cidrKey(name string) string  { return s.cidrPfx + name }
+func (s *Store) addrKey(a netip.Addr) string { return s.ipPfx + addrSuffix(a) }
+func (s *Store) ownerPrefix(o ipaddress.ParentRef) string {
+	return s.ownerPfx + escape(o.Group) + "/" + escape(o.Resource) + "/" + escape(o.Namespace) + "/" + escape(o.Name) + "/"
+}
+
+func wrap(op string, err error) error { return fmt.Errorf("etcd store: %s: %w", op, err) }
+
+// CreateCIDR implements store.Store.
+func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.check(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	c = c.Clone()
+	c.Created = time.Unix(0, s.now().UnixNano())
+	key := s.cidrKey(c.Name)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(encodeCIDR(c)))).
+		Commit()
+	if err != nil {
+		return cidrset.CIDR{}, wrap("create CIDR", err)
+	}
+	if !resp.Succeeded {
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
+	}
+	c.Revision = resp.Header.Revision
+	return c, nil
+}
+
+// getCIDR reads one CIDR key; found is false when it is missing.
+func (s *Store) getCIDR(ctx context.Context, name string) (c cidrset.CIDR, found bool, err error) {
+	key := s.cidrKey(name)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return cidrset.CIDR{}, false, wrap("get CIDR", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return cidrset.CIDR{}, false, nil
+	}
+	kv := resp.Kvs[0]
+	c, err = decodeCIDR(kv.Value)
+	if err != nil {
+		return cidrset.CIDR{}, true, corrupt(key, err)
+	}
+	c.Name, c.Revision = name, kv.ModRevision
+	return c, true, nil
+}
+
+// UpdateCIDR implements store.Store.
+func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.check(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	old, found, err := s.getCIDR(ctx, c.Name)
+	switch {
+	case err != nil:
+		return cidrset.CIDR{}, err
+	case !found:
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrNotFound)
+	case old.Revision != c.Revision:
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q at revision %d, not %d: %w", c.Name, old.Revision, c.Revision, store.ErrConflict)
+	}
+	c = c.Clone()
+	c.Created = old.Created
+	key := s.cidrKey(c.Name)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", c.Revision)).
+		Then(clientv3.OpPut(key, string(encodeCIDR(c)))).
+		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
+		Commit()
+	if err != nil {
+		return cidrset.CIDR{}, wrap("update CIDR", err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrNotFound)
+		}
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q at revision %d, not %d: %w", c.Name, kvs[0].ModRevision, c.Revision, store.ErrConflict)
+	}
+	c.Revision = resp.Header.Revision
+	return c, nil
+}
+
+// fenceCmps returns the comparisons of fences and the reads that explain a
+// failure, in the same order.
+func (s *Store) fenceCmps(fences []store.Fence) ([]clientv3.Cmp, []clientv3.Op) {
+	cmps := make([]clientv3.Cmp, len(fences))
+	gets := make([]clientv3.Op, len(fences))
+	for i, f := range fences {
+		key := s.cidrKey(f.CIDR)
+		cmps[i] = clientv3.Compare(clientv3.ModRevision(key), "=", f.Revision)
+		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
+	}
+	return cmps, gets
+}
+
+// failedFence returns the first fence that the reads rs (one per fence)
+// show to be broken, or nil.
+func failedFence(fences []store.Fence, rs []*clientv3.GetResponse) error {
+	for i, f := range fences {
+		if kvs := rs[i].Kvs; len(kvs) == 0 || kvs[0].ModRevision != f.Revision {
+			return &store.FencedError{Fence: f}
+		}
+	}
+	return nil
+}
+
+func rangeResponses(resp *clientv3.TxnResponse, from int) []*clientv3.GetResponse {
+	out := make([]*clientv3.GetResponse, 0, len(resp.Responses)-from)
+	for _, r := range resp.Responses[from:] {
+		out = append(out, (*clientv3.GetResponse)(r.GetResponseRange()))
+	}
+	return out
+}
+
+// DeleteCIDR implements store.Store.
+func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences ...store.Fence) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	key := s.cidrKey(name)
+	cmps, gets := s.fenceCmps(fences)
+	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, cmps...)
+	gets = append([]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}, gets...)
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(gets...).Commit()
+	if err != nil {
+		return wrap("delete CIDR", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	rs := rangeResponses(resp, 0)
+	if kvs := rs[0].Kvs; len(kvs) == 0 {
+		return fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+	} else if kvs[0].ModRevision != rev {
+		return fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, kvs[0].ModRevision, rev, store.ErrConflict)
+	}
+	if err := failedFence(fences, rs[1:]); err != nil {
+		return err
+	}
+	return fmt.Errorf("CIDR %q: delete refused for no reason etcd showed: %w", name, store.ErrConflict)
+}
+
+// GetCIDR implements store.Store.
+func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
+	if err := s.check(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	c, found, err := s.getCIDR(ctx, name)
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	if !found {
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+	}
+	return c, nil
+}
+
+func validOwner(o ipaddress.ParentRef) bool {
+	return utf8.ValidString(o.Group) && utf8.ValidString(o.Resource) && utf8.ValidString(o.Namespace) && utf8.ValidString(o.Name)
+}
+
+// CreateAddresses implements store.Store.
+func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if len(recs) > MaxBatch {
+		return nil, fmt.Errorf("etcd store: %d addresses in one batch, at most %d", len(recs), MaxBatch)
+	}
+	for i, r := range recs {
+		if !r.Addr.IsValid() || r.Addr.Zone() != "" {
+			return nil, fmt.Errorf("etcd store: address %q: not a valid address without zone", r.Addr)
+		}
+		if !validOwner(r.Parent) {
+			return nil, fmt.Errorf("etcd store: owner %q: fields must be valid UTF-8", r.Parent)
+		}
+		for _, prev := range recs[:i] {
+			if prev.Addr == r.Addr {
+				return nil, &store.AddressExistsError{Addr: r.Addr}
+			}
+		}
+	}
+	created := time.Unix(0, s.now().UnixNano())
+	out := make([]ipaddress.IPAddress, len(recs))
+	keys := make([]string, len(recs))
+	vals := make([]string, len(recs))
+	cmps := make([]clientv3.Cmp, 0, len(recs)+len(fences))
+	puts := make([]clientv3.Op, 0, 2*len(recs))
+	gets := make([]clientv3.Op, 0, len(recs)+len(fences))
+	for i, r := range recs {
+		r.Created, r.Revision = created, 0
+		out[i] = r
+		keys[i] = s.addrKey(r.Addr)
+		vals[i] = string(encodeRecord(r))
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0))
+		puts = append(puts, clientv3.OpPut(keys[i], vals[i]), clientv3.OpPut(s.ownerPrefix(r.Parent)+addrSuffix(r.Addr), vals[i]))
+		gets = append(gets, clientv3.OpGet(keys[i], clientv3.WithKeysOnly()))
+	}
+	fcmps, fgets := s.fenceCmps(fences)
+	cmps = append(cmps, fcmps...)
+	gets = append(gets, fgets...)
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+	if err != nil {
+		rev, ok := s.readBack(ctx, keys, vals)
+		if !ok {
+			return nil, wrap("create addresses", err)
+		}
+		for i := range out {
+			out[i].Revision = rev
+		}
+		return out, nil
+	}
+	if !resp.Succeeded {
+		rs := rangeResponses(resp, 0)
+		for i, r := range recs {
+			if len(rs[i].Kvs) > 0 {
+				return nil, &store.AddressExistsError{Addr: r.Addr}
+			}
+		}
+		if err := failedFence(fences, rs[len(recs):]); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("etcd store: create refused for no reason etcd showed: %w", store.ErrConflict)
+	}
+	for i := range out {
+		out[i].Revision = resp.Header.Revision
+	}
+	return out, nil
+}
+
+// readBack resolves a create whose outcome is unknown: it succeeded if every
+// key holds exactly the value written, all at one create revision.
+func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, ok bool) {
+	if ctx.Err() != nil || len(keys) == 0 {
+		return 0, false
+	}
+	ops := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = clientv3.OpGet(k)
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return 0, false
+	}
+	for i, r := range rangeResponses(resp, 0) {
+		if len(r.Kvs) == 0 || !bytes.Equal(r.Kvs[0].Value, []byte(vals[i])) || (rev != 0 && r.Kvs[0].CreateRevision != rev) {
+			return 0, false
+		}
+		rev = r.Kvs[0].CreateRevision
+	}
+	return rev, true
+}
+
+// record decodes an address key-value.
+func (s *Store) record(a netip.Addr, key string, value []byte, createRev int64) (ipaddress.IPAddress, error) {
+	r, err := decodeRecord(value)
+	if err != nil {
+		return ipaddress.IPAddress{}, corrupt(key, err)
+	}
+	r.Addr, r.Revision = a, createRev
+	return r, nil
+}
+
+// DeleteAddress implements store.Store. It reads the record, then deletes its
+// key and owner key in a transaction fenced on the record's revision.
+func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	if err := s.check(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if !addr.IsValid() {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	key := s.addrKey(addr)
+	for {
+		resp, err := s.cli.Get(ctx, key)
+		if err != nil {
+			return ipaddress.IPAddress{}, wrap("delete address", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		}
+		kv := resp.Kvs[0]
+		rec, err := s.record(addr, key, kv.Value, kv.CreateRevision)
+		if err != nil {
+			return ipaddress.IPAddress{}, err
+		}
+		tx, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(key), clientv3.OpDelete(s.ownerPrefix(rec.Parent)+addrSuffix(addr))).
+			Commit()
+		if err != nil {
+			return ipaddress.IPAddress{}, wrap("delete address", err)
+		}
+		if tx.Succeeded {
+			return rec, nil
+		}
+		// Released and taken again since the read: look again.
+	}
+}
+
+// GetAddress implements store.Store.
+func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	if err := s.check(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if !addr.IsValid() {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	key := s.addrKey(addr)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return ipaddress.IPAddress{}, wrap("get address", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	return s.record(addr, key, resp.Kvs[0].Value, resp.Kvs[0].CreateRevision)
+}
+
+// AddressesOf implements store.Store: one range read of the owner's keys.
+func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	pfx := s.ownerPrefix(owner)
+	var out []ipaddress.IPAddress
+	_, err := s.list(ctx, pfx, clientv3.GetPrefixRangeEnd(pfx), 0, false, func(kv *mvccpb.KeyValue) error {
+		key := string(kv.Key)
+		a, err := decodeAddrSuffix(key[len(pfx):])
+		if err != nil {
+			return corrupt(key, err)
+		}
+		r, err := s.record(a, key, kv.Value, kv.CreateRevision)
+		if err != nil {
+			return err
+		}
+		if r.Parent != owner {
+			return corrupt(key, fmt.Errorf("owner key holds the record of %q", r.Parent))
+		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []ipaddress.IPAddress{}
+	}
+	return out, nil
+}
+
+// ListAddresses implements store.Store: every record, at one revision, in
+// address order (IPv4 first).
+func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []ipaddress.IPAddress
+	_, err := s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
+		key := string(kv.Key)
+		a, err := decodeAddrSuffix(key[len(s.ipPfx):])
+		if err != nil {
+			return corrupt(key, err)
+		}
+		r, err := s.record(a, key, kv.Value, kv.CreateRevision)
+		if err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// list reads the keys of [start, end) in pages of s.pageSize, all at one
+// revision: rev, or the current one when rev is 0. It returns the revision
+// read. fn sees the keys in order; an error from it ends the listing.
+func (s *Store) list(ctx context.Context, start, end string, rev int64, keysOnly bool, fn func(kv *mvccpb.KeyValue) error) (int64, error) {
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.pageSize)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		resp, err := s.cli.Get(ctx, start, opts...)
+		if err != nil {
+			return 0, wrap("list", err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return 0, err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// Close implements store.Store. It ends every watch and waits for their
+// goroutines; it closes the client only with WithCloseClient.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.cancel()
+	s.watches.Wait()
+	if s.closeClient {
+		return s.cli.Close()
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// Backoff between failed re-lists.
+const (
+	minRelistBackoff = 50 * time.Millisecond
+	maxRelistBackoff = 5 * time.Second
+)
+
+// Watch implements store.Store. It delivers the first snapshot before it
+// returns, and fails if that snapshot cannot be read or holds a key or value
+// it cannot decode. After that, one goroutine per call applies the changes
+// in revision order, and re-lists and Resets after a compacted, canceled or
+// broken watch, until ctx ends or the store is closed.
+func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	snap, err := s.snapshot(ctx, nil)
+	if err != nil {
+		return err
+	}
+	w.Reset(snap)
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.stop, cancel)
+	s.watches.Add(1)
+	go func() {
+		defer s.watches.Done()
+		defer stop()
+		defer cancel()
+		s.follow(wctx, w, snap.Revision)
+	}()
+	return nil
+}
+
+func (s *Store) report(err error) {
+	if s.onError != nil {
+		s.onError(err)
+	}
+}
+
+// watchRange is the key range a watch reads and follows: the CIDRs and the
+// address records; owner keys sort after it.
+func (s *Store) watchRange() (start, end string) {
+	return s.cidrPfx, clientv3.GetPrefixRangeEnd(s.ipPfx)
+}
+
+// snapshot reads the CIDRs (with values) and the address keys (keys only)
+// at one revision. With report nil it fails on the first key or value it
+// cannot decode; otherwise it reports it, leaves it out and goes on.
+func (s *Store) snapshot(ctx context.Context, report func(error)) (store.Snapshot, error) {
+	snap := store.Snapshot{Addrs: []netip.Addr{}}
+	bad := func(err error) error {
+		if report == nil {
+			return err
+		}
+		report(err)
+		return nil
+	}
+	rev, err := s.list(ctx, s.cidrPfx, clientv3.GetPrefixRangeEnd(s.cidrPfx), 0, false, func(kv *mvccpb.KeyValue) error {
+		key := string(kv.Key)
+		c, err := decodeCIDR(kv.Value)
+		if err != nil {
+			return bad(corrupt(key, err))
+		}
+		c.Name, c.Revision = key[len(s.cidrPfx):], kv.ModRevision
+		snap.CIDRs = append(snap.CIDRs, c)
+		return nil
+	})
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	_, err = s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), rev, true, func(kv *mvccpb.KeyValue) error {
+		key := string(kv.Key)
+		a, err := decodeAddrSuffix(key[len(s.ipPfx):])
+		if err != nil {
+			return bad(corrupt(key, err))
+		}
+		snap.Addrs = append(snap.Addrs, a)
+		return nil
+	})
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	snap.Revision = rev
+	return snap, nil
+}
+
+// follow applies the changes after revision rev to w until ctx ends,
+// re-listing whenever the etcd watch ends while ctx is live.
+func (s *Store) follow(ctx context.Context, w store.Watcher, rev int64) {
+	for {
+		err := s.watchFrom(ctx, w, &rev)
+		if ctx.Err() != nil {
+			return
+		}
+		s.report(fmt.Errorf("etcd store: watch from revision %d ended, re-listing: %w", rev+1, err))
+		snap, ok := s.relist(ctx)
+		if !ok {
+			return
+		}
+		w.Reset(snap)
+		rev = snap.Revision
+	}
+}
+
+// relist reads a fresh snapshot, retrying with backoff; false when ctx ended
+// first.
+func (s *Store) relist(ctx context.Context) (store.Snapshot, bool) {
+	backoff := minRelistBackoff
+	for {
+		snap, err := s.snapshot(ctx, s.report)
+		if ctx.Err() != nil {
+			return store.Snapshot{}, false
+		}
+		if err == nil {
+			return snap, true
+		}
+		s.report(fmt.Errorf("etcd store: re-list: %w", err))
+		select {
+		case <-ctx.Done():
+			return store.Snapshot{}, false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxRelistBackoff)
+	}
+}
+
+// errWatchClosed: the etcd watch channel closed without saying why.
+var errWatchClosed = errors.New("watch channel closed")
+
+// watchFrom runs one etcd watch from *rev+1, applying its events and
+// advancing *rev, until it ends; it returns why.
+func (s *Store) watchFrom(ctx context.Context, w store.Watcher, rev *int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	start, end := s.watchRange()
+	ch := s.cli.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(*rev+1), clientv3.WithPrevKV())
+	for resp := range ch {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if resp.Canceled {
+			return errors.New("watch canceled")
+		}
+		for _, ev := range resp.Events {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if e, ok := s.event(ev); ok {
+				w.Apply(e)
+			}
+			*rev = ev.Kv.ModRevision
+		}
+	}
+	return errWatchClosed
+}
+
+// event translates an etcd event; false for keys that are none of ours or
+// cannot be decoded (reported).
+func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
+	key := string(ev.Kv.Key)
+	rev := ev.Kv.ModRevision
+	put := ev.Type == clientv3.EventTypePut
+	switch {
+	case len(key) >= len(s.cidrPfx) && key[:len(s.cidrPfx)] == s.cidrPfx:
+		name := key[len(s.cidrPfx):]
+		if put {
+			c, err := decodeCIDR(ev.Kv.Value)
+			if err != nil {
+				s.report(corrupt(key, err))
+				// Serve nothing from a CIDR we cannot read.
+				return store.Event{Kind: store.CIDRDeleted, Revision: rev, CIDR: cidrset.CIDR{Name: name}}, true
+			}
+			c.Name, c.Revision = name, rev
+			return store.Event{Kind: store.CIDRPut, Revision: rev, CIDR: c}, true
+		}
+		c := cidrset.CIDR{Name: name}
+		if ev.PrevKv != nil {
+			if old, err := decodeCIDR(ev.PrevKv.Value); err == nil {
+				old.Name, old.Revision = name, ev.PrevKv.ModRevision
+				c = old
+			}
+		}
+		return store.Event{Kind: store.CIDRDeleted, Revision: rev, CIDR: c}, true
+	case len(key) >= len(s.ipPfx) && key[:len(s.ipPfx)] == s.ipPfx:
+		a, err := decodeAddrSuffix(key[len(s.ipPfx):])
+		if err != nil {
+			s.report(corrupt(key, err))
+			return store.Event{}, false
+		}
+		r := ipaddress.IPAddress{Addr: a}
+		kind := store.AddressDeleted
+		switch {
+		case put:
+			kind = store.AddressPut
+			if dec, err := decodeRecord(ev.Kv.Value); err != nil {
+				s.report(corrupt(key, err))
+			} else {
+				r.Parent, r.Created = dec.Parent, dec.Created
+			}
+			r.Revision = ev.Kv.CreateRevision
+		case ev.PrevKv != nil:
+			if dec, err := decodeRecord(ev.PrevKv.Value); err == nil {
+				r.Parent, r.Created = dec.Parent, dec.Created
+			}
+			r.Revision = ev.PrevKv.CreateRevision
+		}
+		return store.Event{Kind: kind, Revision: rev, Address: r}, true
+	}
+	return store.Event{}, false
+}
