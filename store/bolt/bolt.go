@@ -1,0 +1,683 @@
+// Package bolt is a durable single-node store.Store: one file, written
+// through go.etcd.io/bbolt. Every write is one bbolt read-write transaction,
+// synced to disk before it returns, so every acknowledged write survives a
+// crash of the process or the machine. The file is locked while open: one
+// process at a time (Open fails with ErrLocked for the second).
+//
+// Watchers are in-process, as in store/memory: Watch delivers a snapshot
+// read in one transaction, then every committed write in revision order,
+// called in the writing goroutine after the commit while the store's write
+// mutex is held. An allocator's index is current the moment a write
+// returns, and opening an existing file and watching it rebuilds the index
+// from everything in it (an allocator's cold start).
+//
+// # File layout (format version 1)
+//
+// Four top-level buckets:
+//
+//	meta    "version"  → 1 byte: the format version (1)
+//	        "revision" → 8 bytes big-endian: the store revision, that of the
+//	                     last write; one more for every write transaction
+//	cidrs   CIDR name                 → CIDR value
+//	addrs   address key (17 bytes)    → address value
+//	owners  owner ‖ address key       → empty (the owner index)
+//
+// An address key is the family byte (4 or 6) followed by the address as a
+// 128-bit big-endian number (an IPv4 address in the last four bytes, the
+// twelve before it zero): keys sort by family, then numerically, so a
+// cursor walks IPv4 before IPv6, each in address order.
+//
+// An owner is encoded as its four fields Group, Resource, Namespace and
+// Name, in that order, each as a uvarint length followed by its bytes. The
+// encoding is self-delimiting, so no owner's encoding is a prefix of
+// another's, and AddressesOf is a prefix scan of the owner index.
+//
+// # Values (value version 1)
+//
+// Every value starts with the version byte 1. Varints are encoding/binary
+// varints in their shortest form (signed ones zig-zag encoded); Created is
+// stored as Unix nanoseconds.
+//
+//	address: 0x01 ‖ varint created ‖ uvarint revision ‖ owner
+//	CIDR:    0x01 ‖ flags ‖ varint created ‖ uvarint revision ‖ count (1 byte) ‖
+//	         count × (family (4 or 6) ‖ 4 or 16 address bytes ‖ prefix length)
+//
+// The flags byte of a CIDR has bit 0 for Terminating; the other bits are
+// zero. A decoder accepts exactly what the encoder writes: a value of
+// another version, a truncated value, trailing bytes, a varint not in its
+// shortest form or an unknown flag is an error wrapping store.ErrCorrupt
+// (a *CorruptError naming the bucket and the key), never a panic.
+//
+// Created times are kept to the nanosecond between the years 1678 and 2262.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// DefaultLockTimeout is how long Open waits for the file lock by default.
+const DefaultLockTimeout = time.Second
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	lockTimeout time.Duration
+	now         func() time.Time
+	mode        os.FileMode
+}
+
+// WithLockTimeout sets how long Open waits for another process to release
+// the file lock before it fails with ErrLocked (default DefaultLockTimeout;
+// bbolt retries every 50 ms). Zero tries once; a negative timeout waits for
+// ever.
+func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+
+// WithClock sets the clock that stamps Created (for tests).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithFileMode sets the permissions of a file Open creates (default 0600).
+func WithFileMode(m os.FileMode) Option { return func(o *options) { o.mode = m } }
+
+// Store is a store.Store in one bbolt file. Create it with Open and Close it
+// when done; it is safe for concurrent use.
+type Store struct {
+	db     *bbolt.DB
+	path   string
+	now    func() time.Time
+	closed atomic.Bool
+
+	// mu is the write mutex: it serialises write transactions with the
+	// delivery of their events, and guards watchers.
+	mu       sync.Mutex
+	watchers map[*watcher]struct{}
+}
+
+type watcher struct {
+	ctx context.Context
+	w   store.Watcher
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens the store in the file at path, creating it if missing. The
+// file stays locked until Close; if another process holds it, Open waits up
+// to the lock timeout and then returns a *LockedError (ErrLocked).
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{lockTimeout: DefaultLockTimeout, now: time.Now, mode: 0o600}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	timeout := o.lockTimeout
+	switch {
+	case timeout < 0:
+		timeout = 0 // bbolt: wait for ever
+	case timeout == 0:
+		timeout = time.Nanosecond // bbolt: one attempt
+	}
+	db, err := bbolt.Open(path, o.mode, &bbolt.Options{Timeout: timeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, &LockedError{Path: path, Timeout: max(o.lockTimeout, 0)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	}
+	if err := initFile(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	}
+	return &Store{db: db, path: path, now: o.now, watchers: map[*watcher]struct{}{}}, nil
+}
+
+// initFile creates the buckets of a new file and checks the format version
+// of an existing one.
+func initFile(db *bbolt.DB) error {
+	ready := false
+	err := db.View(func(tx *bbolt.Tx) error {
+		var err error
+		ready, err = checkMeta(tx)
+		return err
+	})
+	if err != nil || ready {
+		return err
+	}
+	return db.Update(func(tx *bbolt.Tx) error {
+		if ready, err := checkMeta(tx); err != nil || ready {
+			return err
+		}
+		if tx.Bucket(bucketMeta) == nil {
+			var foreign []byte
+			_ = tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
+				foreign = name
+				return errors.New("stop")
+			})
+			if foreign != nil {
+				return fmt.Errorf("not a netipam store: bucket %q without a %q bucket", foreign, bucketMeta)
+			}
+		}
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keyVersion, []byte{formatVersion}); err != nil {
+			return err
+		}
+		if meta.Get(keyRevision) == nil {
+			if err := meta.Put(keyRevision, encodeRevision(0)); err != nil {
+				return err
+			}
+		}
+		for _, name := range [][]byte{bucketCIDRs, bucketAddrs, bucketOwners} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkMeta reports whether the file is initialised, and an error if its
+// format version is not this package's.
+func checkMeta(tx *bbolt.Tx) (bool, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return false, nil
+	}
+	v := meta.Get(keyVersion)
+	if v == nil {
+		return false, nil
+	}
+	ver, err := decodeFormatVersion(v)
+	if err != nil {
+		return false, corruptAt(bucketMeta, keyVersion, err)
+	}
+	if ver != formatVersion {
+		return false, fmt.Errorf("format version %d, this package reads %d: %w", ver, formatVersion, ErrFormatVersion)
+	}
+	if _, err := readMetaRevision(tx); err != nil {
+		return false, err
+	}
+	for _, name := range [][]byte{bucketCIDRs, bucketAddrs, bucketOwners} {
+		if tx.Bucket(name) == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func readMetaRevision(tx *bbolt.Tx) (int64, error) {
+	v := tx.Bucket(bucketMeta).Get(keyRevision)
+	if v == nil {
+		return 0, corruptAt(bucketMeta, keyRevision, corrupt("missing"))
+	}
+	rev, err := decodeRevision(v)
+	if err != nil {
+		return 0, corruptAt(bucketMeta, keyRevision, err)
+	}
+	return rev, nil
+}
+
+// Path returns the file the store is in.
+func (s *Store) Path() string { return s.path }
+
+// view runs fn in a read transaction.
+func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	err := s.db.View(fn)
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return store.ErrClosed
+	}
+	return err
+}
+
+// update runs fn in a write transaction at the next revision, stores that
+// revision if fn succeeds, and delivers fn's events to the watchers once the
+// transaction is committed (synced).
+func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]store.Event, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	var evs []store.Event
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		rev, err := readMetaRevision(tx)
+		if err != nil {
+			return err
+		}
+		rev++
+		if evs, err = fn(tx, rev); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keyRevision, encodeRevision(rev))
+	})
+	if err != nil {
+		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+			return store.ErrClosed
+		}
+		return err
+	}
+	for _, e := range evs {
+		for w := range s.watchers {
+			if w.ctx.Err() == nil {
+				w.w.Apply(e)
+			}
+		}
+	}
+	return nil
+}
+
+// getCIDR reads and decodes one CIDR; ok is false if it is missing.
+func getCIDR(tx *bbolt.Tx, name string) (c cidrset.CIDR, ok bool, err error) {
+	key := []byte(name)
+	v := tx.Bucket(bucketCIDRs).Get(key)
+	if v == nil {
+		return c, false, nil
+	}
+	c, err = decodeCIDRValue(name, v)
+	if err != nil {
+		return c, false, corruptAt(bucketCIDRs, key, err)
+	}
+	return c, true, nil
+}
+
+func putCIDR(tx *bbolt.Tx, c cidrset.CIDR) error {
+	if err := tx.Bucket(bucketCIDRs).Put([]byte(c.Name), appendCIDRValue(nil, c)); err != nil {
+		return fmt.Errorf("bolt: storing CIDR %q: %w", c.Name, err)
+	}
+	return nil
+}
+
+// checkFences reports the first fence that does not hold.
+func checkFences(tx *bbolt.Tx, fences []store.Fence) error {
+	for _, f := range fences {
+		c, ok, err := getCIDR(tx, f.CIDR)
+		if err != nil {
+			return err
+		}
+		if !ok || c.Revision != f.Revision {
+			return &store.FencedError{Fence: f}
+		}
+	}
+	return nil
+}
+
+// CreateCIDR implements store.Store.
+func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := checkCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	c = c.Clone()
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		if tx.Bucket(bucketCIDRs).Get([]byte(c.Name)) != nil {
+			return nil, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
+		}
+		c.Created = unixTime(s.now().UnixNano())
+		c.Revision = rev
+		if err := putCIDR(tx, c); err != nil {
+			return nil, err
+		}
+		return []store.Event{{Kind: store.CIDRPut, Revision: rev, CIDR: c.Clone()}}, nil
+	})
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	return c, nil
+}
+
+// UpdateCIDR implements store.Store.
+func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := checkCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	c = c.Clone()
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		old, ok, err := getCIDR(tx, c.Name)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrNotFound)
+		case old.Revision != c.Revision:
+			return nil, fmt.Errorf("CIDR %q at revision %d, not %d: %w", c.Name, old.Revision, c.Revision, store.ErrConflict)
+		}
+		c.Created = old.Created
+		c.Revision = rev
+		if err := putCIDR(tx, c); err != nil {
+			return nil, err
+		}
+		return []store.Event{{Kind: store.CIDRPut, Revision: rev, CIDR: c.Clone()}}, nil
+	})
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	return c, nil
+}
+
+// DeleteCIDR implements store.Store.
+func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences ...store.Fence) error {
+	return s.update(ctx, func(tx *bbolt.Tx, next int64) ([]store.Event, error) {
+		old, ok, err := getCIDR(tx, name)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+		case old.Revision != rev:
+			return nil, fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, old.Revision, rev, store.ErrConflict)
+		}
+		if err := checkFences(tx, fences); err != nil {
+			return nil, err
+		}
+		if err := tx.Bucket(bucketCIDRs).Delete([]byte(name)); err != nil {
+			return nil, err
+		}
+		return []store.Event{{Kind: store.CIDRDeleted, Revision: next, CIDR: old}}, nil
+	})
+}
+
+// GetCIDR implements store.Store.
+func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
+	var c cidrset.CIDR
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
+		var ok bool
+		var err error
+		c, ok, err = getCIDR(tx, name)
+		if err == nil && !ok {
+			err = fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+		}
+		return err
+	})
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	return c, nil
+}
+
+// CreateAddresses implements store.Store.
+func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	keys := make([][]byte, len(recs))
+	for i, r := range recs {
+		if err := checkAddr(r.Addr); err != nil {
+			return nil, err
+		}
+		keys[i] = appendAddrKey(make([]byte, 0, addrKeyLen), r.Addr)
+	}
+	var out []ipaddress.IPAddress
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		addrs, owners := tx.Bucket(bucketAddrs), tx.Bucket(bucketOwners)
+		for i, r := range recs {
+			if addrs.Get(keys[i]) != nil {
+				return nil, &store.AddressExistsError{Addr: r.Addr}
+			}
+			for _, prev := range recs[:i] {
+				if prev.Addr == r.Addr {
+					return nil, &store.AddressExistsError{Addr: r.Addr}
+				}
+			}
+		}
+		if err := checkFences(tx, fences); err != nil {
+			return nil, err
+		}
+		now := s.now().UnixNano()
+		out = make([]ipaddress.IPAddress, len(recs))
+		evs := make([]store.Event, len(recs))
+		for i, r := range recs {
+			// bbolt keeps keys and values until the commit: no buffer reuse.
+			v := addrValue{parent: r.Parent, created: now, rev: rev}
+			if err := addrs.Put(keys[i], appendAddrValue(nil, v)); err != nil {
+				return nil, fmt.Errorf("bolt: storing address %s: %w", r.Addr, err)
+			}
+			if err := owners.Put(appendOwnerKey(nil, r.Parent, r.Addr), nil); err != nil {
+				return nil, fmt.Errorf("bolt: indexing address %s: %w", r.Addr, err)
+			}
+			out[i] = v.record(r.Addr)
+			evs[i] = store.Event{Kind: store.AddressPut, Revision: rev, Address: out[i]}
+		}
+		return evs, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// getAddress reads and decodes the record of key; ok is false if missing.
+func getAddress(tx *bbolt.Tx, a netip.Addr, key []byte) (ipaddress.IPAddress, bool, error) {
+	v := tx.Bucket(bucketAddrs).Get(key)
+	if v == nil {
+		return ipaddress.IPAddress{}, false, nil
+	}
+	av, err := decodeAddrValue(v)
+	if err != nil {
+		return ipaddress.IPAddress{}, false, corruptAt(bucketAddrs, key, err)
+	}
+	return av.record(a), true, nil
+}
+
+// DeleteAddress implements store.Store.
+func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	if checkAddr(addr) != nil {
+		if err := ctx.Err(); err != nil {
+			return ipaddress.IPAddress{}, err
+		}
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	key := appendAddrKey(nil, addr)
+	var rec ipaddress.IPAddress
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		var ok bool
+		var err error
+		rec, ok, err = getAddress(tx, addr, key)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		}
+		if err := tx.Bucket(bucketAddrs).Delete(key); err != nil {
+			return nil, err
+		}
+		if err := tx.Bucket(bucketOwners).Delete(appendOwnerKey(nil, rec.Parent, addr)); err != nil {
+			return nil, err
+		}
+		return []store.Event{{Kind: store.AddressDeleted, Revision: rev, Address: rec}}, nil
+	})
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	return rec, nil
+}
+
+// GetAddress implements store.Store.
+func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	var rec ipaddress.IPAddress
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
+		ok := false
+		var err error
+		if checkAddr(addr) == nil {
+			rec, ok, err = getAddress(tx, addr, appendAddrKey(nil, addr))
+		}
+		if err == nil && !ok {
+			err = fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		}
+		return err
+	})
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	return rec, nil
+}
+
+// AddressesOf implements store.Store: a prefix scan of the owner index.
+func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	prefix := appendOwner(nil, owner)
+	var out []ipaddress.IPAddress
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
+		out = out[:0]
+		c := tx.Bucket(bucketOwners).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			akey := k[len(prefix):]
+			a, err := decodeAddrKey(akey)
+			if err != nil {
+				return corruptAt(bucketOwners, k, err)
+			}
+			rec, ok, err := getAddress(tx, a, akey)
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				return corruptAt(bucketOwners, k, corrupt("index entry without an address record"))
+			case rec.Parent != owner:
+				return corruptAt(bucketOwners, k, corrupt("index entry for an address held by %+v", rec.Parent))
+			}
+			out = append(out, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []ipaddress.IPAddress{}
+	}
+	return out, nil
+}
+
+// ListAddresses implements store.Store. Records come sorted by address,
+// IPv4 first.
+func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error) {
+	var out []ipaddress.IPAddress
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
+		out = []ipaddress.IPAddress{}
+		return tx.Bucket(bucketAddrs).ForEach(func(k, v []byte) error {
+			a, err := decodeAddrKey(k)
+			if err != nil {
+				return corruptAt(bucketAddrs, k, err)
+			}
+			av, err := decodeAddrValue(v)
+			if err != nil {
+				return corruptAt(bucketAddrs, k, err)
+			}
+			out = append(out, av.record(a))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Revision returns the store revision: that of the last write.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	var rev int64
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
+		var err error
+		rev, err = readMetaRevision(tx)
+		return err
+	})
+	return rev, err
+}
+
+// snapshot reads the whole state in tx.
+func snapshot(tx *bbolt.Tx) (store.Snapshot, error) {
+	var snap store.Snapshot
+	var err error
+	if snap.Revision, err = readMetaRevision(tx); err != nil {
+		return snap, err
+	}
+	err = tx.Bucket(bucketCIDRs).ForEach(func(k, v []byte) error {
+		c, err := decodeCIDRValue(string(k), v)
+		if err != nil {
+			return corruptAt(bucketCIDRs, k, err)
+		}
+		snap.CIDRs = append(snap.CIDRs, c)
+		return nil
+	})
+	if err != nil {
+		return snap, err
+	}
+	snap.Addrs = []netip.Addr{}
+	err = tx.Bucket(bucketAddrs).ForEach(func(k, v []byte) error {
+		a, err := decodeAddrKey(k)
+		if err != nil {
+			return corruptAt(bucketAddrs, k, err)
+		}
+		if _, err := decodeAddrValue(v); err != nil {
+			return corruptAt(bucketAddrs, k, err)
+		}
+		snap.Addrs = append(snap.Addrs, a)
+		return nil
+	})
+	return snap, err
+}
+
+// Watch implements store.Store. Reset gets a snapshot read in one
+// transaction; Apply runs in the writer's goroutine after each commit.
+func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	var snap store.Snapshot
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		snap, err = snapshot(tx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.Reset(snap)
+	reg := &watcher{ctx: ctx, w: w}
+	s.watchers[reg] = struct{}{}
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		delete(s.watchers, reg)
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+// Close closes the file and releases its lock. It is idempotent; every
+// other call after it returns store.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Swap(true) {
+		return nil
+	}
+	clear(s.watchers)
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("bolt: close %s: %w", s.path, err)
+	}
+	return nil
+}
