@@ -89,8 +89,10 @@ type Store interface {
 	GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error)
 
 	// CreateAddresses stores all records or none: an *AddressExistsError
-	// if any address is held, an *FencedError if a fence fails. It sets
-	// Created and Revision (one revision for the whole batch).
+	// if any address is held, an *FencedError if a fence fails, an error
+	// matching ipaddress.ErrInvalid for an address that is not storable
+	// (zero, zoned, IPv4-mapped). It sets Created and Revision (one
+	// revision for the whole batch).
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
 	// DeleteAddress removes the record of addr and returns it.
 	DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)

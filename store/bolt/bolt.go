@@ -421,7 +421,7 @@ func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) 
 func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
 	keys := make([][]byte, len(recs))
 	for i, r := range recs {
-		if err := checkAddr(r.Addr); err != nil {
+		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
 			return nil, err
 		}
 		keys[i] = appendAddrKey(make([]byte, 0, addrKeyLen), r.Addr)

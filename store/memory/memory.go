@@ -46,7 +46,10 @@ type record struct {
 	rev     int64
 }
 
-type watcher struct{ w store.Watcher }
+type watcher struct {
+	ctx context.Context
+	w   store.Watcher
+}
 
 var _ store.Store = (*Store)(nil)
 
@@ -79,7 +82,10 @@ func (s *Store) lock(ctx context.Context) error {
 
 func (s *Store) notify(e store.Event) {
 	for w := range s.watchers {
-		w.w.Apply(e)
+		// The watch's context may have ended before its removal ran.
+		if w.ctx.Err() == nil {
+			w.w.Apply(e)
+		}
 	}
 }
 
@@ -175,6 +181,9 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 	}
 	defer s.mu.Unlock()
 	for i, r := range recs {
+		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
+			return nil, err
+		}
 		if _, ok := s.addrs[r.Addr]; ok {
 			return nil, &store.AddressExistsError{Addr: r.Addr}
 		}
@@ -284,7 +293,7 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 		snap.Addrs = append(snap.Addrs, a)
 	}
 	w.Reset(snap)
-	reg := &watcher{w: w}
+	reg := &watcher{ctx: ctx, w: w}
 	s.watchers[reg] = struct{}{}
 	s.mu.Unlock()
 	context.AfterFunc(ctx, func() {

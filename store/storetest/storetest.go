@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentCreatesOfOneAddressHaveOneWinner", testRaceOneWinner},
 		{"FencedCreatesRacingACIDRUpdate", testRaceFence},
 		{"ConcurrentDistinctCreatesAllSucceed", testDistinctCreates},
+		{"UnstorableAddressesAreInvalid", testInvalidAddress},
 		{"ClosedStoreRefusesCalls", testClosed},
 	}
 	for _, tc := range tests {
@@ -532,10 +533,32 @@ func testDistinctCreates(t *testing.T, s store.Store) {
 	}
 }
 
+func testInvalidAddress(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	for _, a := range []netip.Addr{{}, ip("fe80::1%eth0"), ip("::ffff:10.0.0.1")} {
+		_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: owner("x")}})
+		if !errors.Is(err, ipaddress.ErrInvalid) {
+			t.Errorf("CreateAddresses(%q): %v, want ipaddress.ErrInvalid", a, err)
+		}
+	}
+	if all, err := s.ListAddresses(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("invalid creates stored %v (%v)", all, err)
+	}
+}
+
 func testClosed(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.ListAddresses(ctx); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("ListAddresses after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Watch(ctx, &recorder{}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
 	}
 	if _, err := s.GetCIDR(ctx, "x"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("GetCIDR after Close: %v, want ErrClosed", err)
