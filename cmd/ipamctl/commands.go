@@ -1,0 +1,618 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/repair"
+)
+
+type command struct {
+	name    string
+	flags   []string
+	minArgs int
+	maxArgs int // -1: any
+	args    string
+	run     func(*env) error
+}
+
+var commands = []command{
+	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate},
+	{name: "cidr update", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrUpdate},
+	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet},
+	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete},
+	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate},
+	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet},
+	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease},
+	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd},
+	{name: "usage", args: "", run: usageCmd},
+}
+
+func lookup(args []string) (command, bool) {
+	for _, c := range commands {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func (c command) checkArgs(args []string) error {
+	if len(args) < c.minArgs || (c.maxArgs >= 0 && len(args) > c.maxArgs) {
+		return usageErrorf("usage: ipamctl %s %s", c.name, c.args)
+	}
+	return nil
+}
+
+// ---- objects as printed by -o json|yaml ----
+
+type condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message"`
+}
+
+type cidrObject struct {
+	Name        string      `json:"name"`
+	CIDRs       []string    `json:"cidrs"`
+	Terminating bool        `json:"terminating"`
+	Created     time.Time   `json:"created"`
+	Conditions  []condition `json:"conditions"`
+	Blocking    []string    `json:"blocking,omitempty"`
+}
+
+func toCIDRObject(c cidrset.CIDR) cidrObject {
+	o := cidrObject{Name: c.Name, Terminating: c.Terminating, Created: c.Created.UTC(), CIDRs: []string{}}
+	for _, p := range c.Prefixes {
+		o.CIDRs = append(o.CIDRs, p.String())
+	}
+	r := c.Ready()
+	status := "False"
+	if r.Status {
+		status = "True"
+	}
+	o.Conditions = []condition{{Type: r.Type, Status: status, Reason: r.Reason, Message: r.Message}}
+	return o
+}
+
+type parentRefObject struct {
+	Group     string `json:"group"`
+	Resource  string `json:"resource"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+type ipObject struct {
+	Name      string            `json:"name"`
+	Family    string            `json:"family"`
+	ParentRef parentRefObject   `json:"parentRef"`
+	Labels    map[string]string `json:"labels"`
+	Created   time.Time         `json:"created"`
+}
+
+func toIPObject(r ipaddress.IPAddress) ipObject {
+	return ipObject{
+		Name:   r.Name(),
+		Family: r.Family().String(),
+		ParentRef: parentRefObject{
+			Group: r.Parent.Group, Resource: r.Parent.Resource, Namespace: r.Parent.Namespace, Name: r.Parent.Name,
+		},
+		Labels:  r.Labels(),
+		Created: r.Created.UTC(),
+	}
+}
+
+type list[T any] struct {
+	Items []T `json:"items"`
+}
+
+// ---- cidr ----
+
+func parsePrefixes(args []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range args {
+		p, err := cidrset.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func cidrCreate(e *env) error {
+	prefixes, err := parsePrefixes(e.cl.args[1:])
+	if err != nil {
+		return err
+	}
+	c, err := e.a.CreateCIDR(e.ctx, e.cl.args[0], prefixes...)
+	if err != nil {
+		return err
+	}
+	if e.out != formatTable {
+		return emit(e.stdout, e.out, toCIDRObject(c))
+	}
+	fmt.Fprintf(e.stdout, "cidr/%s created\n", c.Name)
+	return nil
+}
+
+func cidrUpdate(e *env) error {
+	prefixes, err := parsePrefixes(e.cl.args[1:])
+	if err != nil {
+		return err
+	}
+	c, err := e.a.UpdateCIDR(e.ctx, e.cl.args[0], prefixes...)
+	if err != nil {
+		return err
+	}
+	if e.out != formatTable {
+		return emit(e.stdout, e.out, toCIDRObject(c))
+	}
+	fmt.Fprintf(e.stdout, "cidr/%s updated\n", c.Name)
+	return nil
+}
+
+func cidrGet(e *env) error {
+	if len(e.cl.args) == 0 {
+		cidrs := e.a.CIDRs()
+		if e.out != formatTable {
+			l := list[cidrObject]{Items: []cidrObject{}}
+			for _, c := range cidrs {
+				l.Items = append(l.Items, toCIDRObject(c))
+			}
+			return emit(e.stdout, e.out, l)
+		}
+		t := newTable(e.stdout, "NAME", "CIDRS", "AGE")
+		for _, c := range cidrs {
+			t.row(c.Name, strings.Join(toCIDRObject(c).CIDRs, ","), age(c.Created, e.now))
+		}
+		return t.flush()
+	}
+	c, err := e.st.GetCIDR(e.ctx, e.cl.args[0])
+	if err != nil {
+		return notFound("cidr", e.cl.args[0], err)
+	}
+	o := toCIDRObject(c)
+	if c.Terminating {
+		if d, err := e.a.DryRun().DeleteCIDR(e.ctx, c.Name); err == nil {
+			for _, b := range d.Blocking {
+				o.Blocking = append(o.Blocking, b.String())
+			}
+		}
+	}
+	if e.out != formatTable {
+		return emit(e.stdout, e.out, o)
+	}
+	cond := o.Conditions[0]
+	t := newTable(e.stdout, "Name:", o.Name)
+	t.row("CIDRs:", strings.Join(o.CIDRs, ","))
+	t.row("Created:", fmt.Sprintf("%s (%s ago)", o.Created.Format(time.RFC3339), age(c.Created, e.now)))
+	t.row("Ready:", cond.Status)
+	if cond.Reason != "" {
+		t.row("Reason:", cond.Reason)
+	}
+	t.row("Message:", cond.Message)
+	if len(o.Blocking) > 0 {
+		more := ""
+		if len(o.Blocking) >= 16 {
+			more = ", ..."
+		}
+		t.row("Blocking:", strings.Join(o.Blocking, ", ")+more)
+	}
+	return t.flush()
+}
+
+// notFound names what was not found; the error still matches
+// store.ErrNotFound.
+func notFound(kind, name string, err error) error {
+	if errors.Is(err, allocator.ErrNotFound) {
+		return &notFoundError{kind: kind, name: name}
+	}
+	return err
+}
+
+type notFoundError struct{ kind, name string }
+
+func (e *notFoundError) Error() string        { return fmt.Sprintf("%s %q not found", e.kind, e.name) }
+func (e *notFoundError) Is(target error) bool { return target == allocator.ErrNotFound }
+
+type deleteResult struct {
+	Name        string   `json:"name"`
+	Deleted     bool     `json:"deleted"`
+	Terminating bool     `json:"terminating"`
+	Reason      string   `json:"reason,omitempty"`
+	Message     string   `json:"message,omitempty"`
+	Blocking    []string `json:"blocking,omitempty"`
+}
+
+func cidrDelete(e *env) error {
+	name := e.cl.args[0]
+	err := e.a.DeleteCIDR(e.ctx, name)
+	var blocked *allocator.DeletionBlockedError
+	switch {
+	case err == nil:
+		if e.out != formatTable {
+			return emit(e.stdout, e.out, deleteResult{Name: name, Deleted: true})
+		}
+		fmt.Fprintf(e.stdout, "cidr/%s deleted\n", name)
+		return nil
+	case errors.As(err, &blocked):
+		r := deleteResult{Name: name, Terminating: true, Reason: cidrset.ReasonTerminating, Message: cidrset.MessageBlockedDelete}
+		for _, a := range blocked.Blocking {
+			r.Blocking = append(r.Blocking, a.String())
+		}
+		if e.out != formatTable {
+			if err := emit(e.stdout, e.out, r); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(e.stdout, "cidr/%s terminating: Ready=False reason=%s: %s\n", name, r.Reason, r.Message)
+			fmt.Fprintf(e.stdout, "blocking addresses: %s\n", strings.Join(r.Blocking, ", "))
+		}
+		return &pendingError{err}
+	}
+	return notFound("cidr", name, err)
+}
+
+// ---- ip ----
+
+func parentFlag(e *env, required bool) (ipaddress.ParentRef, bool, error) {
+	s, ok := e.cl.flags["parent"]
+	if !ok {
+		if required {
+			return ipaddress.ParentRef{}, false, usageErrorf("--parent REF is required (e.g. --parent services/default/kubernetes)")
+		}
+		return ipaddress.ParentRef{}, false, nil
+	}
+	ref, err := ipaddress.ParseParentRef(s)
+	if err != nil {
+		return ipaddress.ParentRef{}, false, err
+	}
+	return ref, true, nil
+}
+
+func parseAddr(s string) (netip.Addr, error) { return ipaddress.ParseAddr(s) }
+
+func ipAllocate(e *env) error {
+	ref, _, err := parentFlag(e, true)
+	if err != nil {
+		return err
+	}
+	fam, famGiven := e.cl.flags["family"]
+	var recs []ipaddress.IPAddress
+	switch {
+	case len(e.cl.args) == 1:
+		addr, err := parseAddr(e.cl.args[0])
+		if err != nil {
+			return err
+		}
+		if famGiven && fam != ipaddress.FamilyOf(addr).String() && fam != fmt.Sprint(uint8(ipaddress.FamilyOf(addr))) {
+			return usageErrorf("--family %s does not match address %s", fam, addr)
+		}
+		rec, err := e.a.Allocate(e.ctx, addr, ref)
+		if err != nil {
+			return fmt.Errorf("allocating %s: %w", addr, err)
+		}
+		recs = append(recs, rec)
+	case !famGiven:
+		return usageErrorf("ip allocate: give an address or --family 4|6|dual")
+	default:
+		switch strings.ToLower(fam) {
+		case "4", "ipv4":
+			rec, err := e.a.AllocateNext(e.ctx, ipaddress.IPv4, ref)
+			if err != nil {
+				return fmt.Errorf("allocating an IPv4 address: %w", err)
+			}
+			recs = append(recs, rec)
+		case "6", "ipv6":
+			rec, err := e.a.AllocateNext(e.ctx, ipaddress.IPv6, ref)
+			if err != nil {
+				return fmt.Errorf("allocating an IPv6 address: %w", err)
+			}
+			recs = append(recs, rec)
+		case "dual", "4,6", "6,4":
+			v4, v6, err := e.a.AllocateDualStack(e.ctx, ref, netip.Addr{}, netip.Addr{})
+			if err != nil {
+				return fmt.Errorf("allocating a dual-stack pair: %w", err)
+			}
+			recs = append(recs, v4, v6)
+		default:
+			return usageErrorf("--family %q: must be 4, 6 or dual", fam)
+		}
+	}
+	if e.out != formatTable {
+		if len(recs) == 1 {
+			return emit(e.stdout, e.out, toIPObject(recs[0]))
+		}
+		l := list[ipObject]{}
+		for _, r := range recs {
+			l.Items = append(l.Items, toIPObject(r))
+		}
+		return emit(e.stdout, e.out, l)
+	}
+	for _, r := range recs {
+		fmt.Fprintf(e.stdout, "ipaddress/%s allocated to %s\n", r.Name(), r.Parent)
+	}
+	return nil
+}
+
+func ipGet(e *env) error {
+	ref, byParent, err := parentFlag(e, false)
+	if err != nil {
+		return err
+	}
+	var recs []ipaddress.IPAddress
+	single := len(e.cl.args) == 1
+	switch {
+	case single && byParent:
+		return usageErrorf("ip get: give an address or --parent, not both")
+	case single:
+		addr, err := parseAddr(e.cl.args[0])
+		if err != nil {
+			return err
+		}
+		rec, err := e.a.Get(e.ctx, addr)
+		if err != nil {
+			return notFound("ipaddress", addr.String(), err)
+		}
+		recs = append(recs, rec)
+	case byParent:
+		recs, err = e.a.AddressesOf(e.ctx, ref)
+	default:
+		recs, err = e.st.ListAddresses(e.ctx)
+	}
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	if e.out != formatTable {
+		if single {
+			return emit(e.stdout, e.out, toIPObject(recs[0]))
+		}
+		l := list[ipObject]{Items: []ipObject{}}
+		for _, r := range recs {
+			l.Items = append(l.Items, toIPObject(r))
+		}
+		return emit(e.stdout, e.out, l)
+	}
+	t := newTable(e.stdout, "NAME", "PARENTREF")
+	for _, r := range recs {
+		t.row(r.Name(), r.Parent.String())
+	}
+	return t.flush()
+}
+
+func ipRelease(e *env) error {
+	ref, byParent, err := parentFlag(e, false)
+	if err != nil {
+		return err
+	}
+	var released []netip.Addr
+	switch {
+	case byParent && len(e.cl.args) > 0:
+		return usageErrorf("ip release: give addresses or --parent, not both")
+	case byParent:
+		released, err = e.a.ReleaseOwner(e.ctx, ref)
+		if err != nil {
+			return err
+		}
+	case len(e.cl.args) == 0:
+		return usageErrorf("usage: ipamctl ip release ADDR... | --parent REF")
+	default:
+		var addrs []netip.Addr
+		for _, s := range e.cl.args {
+			a, err := parseAddr(s)
+			if err != nil {
+				return err
+			}
+			addrs = append(addrs, a)
+		}
+		for _, a := range addrs {
+			if err := e.a.Release(e.ctx, a); err != nil {
+				printReleased(e, released)
+				return notFound("ipaddress", a.String(), err)
+			}
+			released = append(released, a)
+		}
+	}
+	return printReleased(e, released)
+}
+
+func printReleased(e *env, addrs []netip.Addr) error {
+	if e.out != formatTable {
+		out := struct {
+			Released []string `json:"released"`
+		}{Released: []string{}}
+		for _, a := range addrs {
+			out.Released = append(out.Released, a.String())
+		}
+		return emit(e.stdout, e.out, out)
+	}
+	for _, a := range addrs {
+		fmt.Fprintf(e.stdout, "ipaddress/%s released\n", a)
+	}
+	return nil
+}
+
+// ---- usage ----
+
+type prefixUsage struct {
+	Prefix string      `json:"prefix"`
+	Size   json.Number `json:"size"`
+	Used   json.Number `json:"used"`
+	Free   json.Number `json:"free"`
+}
+
+type cidrUsage struct {
+	Name        string        `json:"name"`
+	Terminating bool          `json:"terminating"`
+	Prefixes    []prefixUsage `json:"prefixes"`
+}
+
+func usageCmd(e *env) error {
+	l := list[cidrUsage]{Items: []cidrUsage{}}
+	for _, c := range e.a.CIDRs() {
+		u, err := e.a.Usage(c.Name)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		cu := cidrUsage{Name: c.Name, Terminating: u.Terminating, Prefixes: []prefixUsage{}}
+		for _, p := range u.Prefixes {
+			free := p.Free.String()
+			if u.Terminating {
+				free = "0" // a Terminating CIDR serves no new allocation
+			}
+			cu.Prefixes = append(cu.Prefixes, prefixUsage{
+				Prefix: p.Prefix.String(), Size: json.Number(p.Size.String()), Used: json.Number(p.Used.String()), Free: json.Number(free),
+			})
+		}
+		l.Items = append(l.Items, cu)
+	}
+	if e.out != formatTable {
+		return emit(e.stdout, e.out, l)
+	}
+	t := newTable(e.stdout, "NAME", "PREFIX", "SIZE", "USED", "FREE", "STATUS")
+	for _, c := range l.Items {
+		status := "Ready"
+		if c.Terminating {
+			status = "Terminating"
+		}
+		for _, p := range c.Prefixes {
+			t.row(c.Name, p.Prefix, p.Size.String(), p.Used.String(), p.Free.String(), status)
+		}
+	}
+	return t.flush()
+}
+
+// ---- repair ----
+
+// consumerEntry is one element of the --consumers file.
+type consumerEntry struct {
+	ParentRef json.RawMessage `json:"parentRef"`
+	Addresses []string        `json:"addresses"`
+}
+
+func readConsumers(path string, e *env) ([]repair.Consumer, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = readAll(e.stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, usageErrorf("--consumers: %v", err)
+	}
+	var entries []consumerEntry
+	if err := json.Unmarshal(data, &entries); err != nil {
+		return nil, usageErrorf("--consumers %s: %v (want a JSON array of {\"parentRef\": \"services/default/x\", \"addresses\": [\"10.96.0.1\"]})", path, err)
+	}
+	out := make([]repair.Consumer, 0, len(entries))
+	for i, en := range entries {
+		var ref ipaddress.ParentRef
+		var s string
+		var obj parentRefObject
+		switch {
+		case json.Unmarshal(en.ParentRef, &s) == nil:
+			if ref, err = ipaddress.ParseParentRef(s); err != nil {
+				return nil, usageErrorf("--consumers %s: entry %d: %v", path, i, err)
+			}
+		case json.Unmarshal(en.ParentRef, &obj) == nil:
+			ref = ipaddress.ParentRef{Group: obj.Group, Resource: obj.Resource, Namespace: obj.Namespace, Name: obj.Name}
+			if err := ref.Validate(); err != nil {
+				return nil, usageErrorf("--consumers %s: entry %d: %v", path, i, err)
+			}
+		default:
+			return nil, usageErrorf("--consumers %s: entry %d: parentRef must be a string or an object", path, i)
+		}
+		out = append(out, repair.Consumer{Ref: ref, Addrs: en.Addresses})
+	}
+	return out, nil
+}
+
+type repairEvent struct {
+	Kind    string `json:"kind"`
+	Reason  string `json:"reason"`
+	Address string `json:"address"`
+	Ref     string `json:"parentRef"`
+	Message string `json:"message"`
+	DryRun  bool   `json:"dryRun,omitempty"`
+}
+
+type repairReport struct {
+	DryRun     bool          `json:"dryRun"`
+	Records    int           `json:"records"`
+	Consumers  int           `json:"consumers"`
+	RetryAfter string        `json:"retryAfter,omitempty"`
+	Events     []repairEvent `json:"events"`
+}
+
+func repairCmd(e *env) error {
+	path, ok := e.cl.flags["consumers"]
+	if !ok {
+		return usageErrorf("repair needs --consumers FILE: the addresses each owner holds, the truth records are reconciled with (see README); without it every record would count as leaked")
+	}
+	consumers, err := readConsumers(path, e)
+	if err != nil {
+		return err
+	}
+	r := &repair.Repairer{
+		Allocator: e.a,
+		Consumers: repair.NewStatic(consumers...),
+		DryRun:    e.cl.has("dry-run"),
+		Logger:    e.log,
+	}
+	if s, ok := e.cl.flags["leak-grace"]; ok {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return usageErrorf("--leak-grace %q: must be a duration such as 60s", s)
+		}
+		r.LeakGrace = d
+		if d == 0 {
+			r.LeakGrace = -1 // no grace
+		}
+	}
+	rep, err := r.Run(e.ctx)
+	if err != nil {
+		return err
+	}
+	out := repairReport{DryRun: rep.DryRun, Records: rep.Records, Consumers: rep.Consumers, Events: []repairEvent{}}
+	if rep.RetryAfter > 0 {
+		out.RetryAfter = rep.RetryAfter.Round(time.Second).String()
+	}
+	for _, ev := range rep.Events {
+		out.Events = append(out.Events, repairEvent{Kind: string(ev.Kind), Reason: ev.Kind.Reason(), Address: ev.Addr, Ref: ev.Ref.String(), Message: ev.Message, DryRun: ev.DryRun})
+	}
+	if e.out != formatTable {
+		return emit(e.stdout, e.out, out)
+	}
+	if len(out.Events) > 0 {
+		t := newTable(e.stdout, "KIND", "ADDRESS", "PARENTREF", "MESSAGE")
+		for _, ev := range out.Events {
+			t.row(ev.Kind, ev.Address, ev.Ref, ev.Message)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	mode := ""
+	if rep.DryRun {
+		mode = " (dry run: nothing changed)"
+	}
+	fmt.Fprintf(e.stdout, "checked %d records and %d consumers: %d findings%s\n", rep.Records, rep.Consumers, len(rep.Events), mode)
+	if rep.RetryAfter > 0 {
+		fmt.Fprintf(e.stdout, "some records are younger than the leak grace: run again in %s\n", out.RetryAfter)
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+// Command ipamctl is an operator's tool over a netipam store: a bbolt file
+// (default ./ipam.db) or an etcd cluster. It creates, lists and deletes
+// CIDRs, allocates and releases addresses, shows usage, and runs the
+// repair pass against a file of consumers.
+//
+//	ipamctl [global flags] COMMAND [ARGS] [flags]
+//
+//	cidr create NAME PREFIX [PREFIX]     create a CIDR (one prefix per family)
+//	cidr update NAME PREFIX PREFIX       make a single-stack CIDR dual-stack
+//	cidr get [NAME]                      list CIDRs, or show one with its Ready condition
+//	cidr delete NAME                     delete a CIDR (Terminating while addresses hold it)
+//	ip allocate --family 4|6|dual --parent REF    allocate the next free address(es)
+//	ip allocate ADDR --parent REF        allocate a given address
+//	ip get [ADDR] [--parent REF]         list records, or show one
+//	ip release ADDR... | --parent REF    release addresses
+//	repair --consumers FILE [--dry-run] [--leak-grace 60s]
+//	usage                                size, used and free addresses per CIDR prefix
+//
+// Global flags, accepted anywhere on the line:
+//
+//	--db PATH            bbolt file (default ./ipam.db; created if missing)
+//	--etcd EP[,EP...]    etcd endpoints (host:port), instead of --db
+//	--etcd-prefix P      etcd key prefix (default /netipam)
+//	-o json|yaml         machine-readable output
+//	-v                   log to stderr (slog text)
+//	--timeout D          give up after D (default 30s)
+//
+// Exit codes: see the exit* constants and README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/netipam/netipam/admission"
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/bolt"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0 // done
+	exitError    = 1 // anything else: store unreachable, I/O, timeout, corrupt data
+	exitUsage    = 2 // bad command line or invalid input (name, prefix, address, parentRef, not in range, refused by admission)
+	exitNotFound = 3 // no such CIDR or address record
+	exitConflict = 4 // already exists, already allocated, modified concurrently
+	exitFull     = 5 // range is full: no free address in any live CIDR of the family
+	exitPending  = 6 // cidr delete: the CIDR is Terminating, held by addresses (it goes once they are released)
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a bad command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// pendingError is cidr delete's outcome when the CIDR stays Terminating.
+type pendingError struct{ err error }
+
+func (e *pendingError) Error() string { return e.err.Error() }
+func (e *pendingError) Unwrap() error { return e.err }
+
+// exitCode maps an error to the documented exit code.
+func exitCode(err error) int {
+	var ue *usageError
+	var pe *pendingError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.As(err, &pe):
+		return exitPending
+	case errors.Is(err, allocator.ErrFull):
+		return exitFull
+	case errors.Is(err, store.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, allocator.ErrAllocated), errors.Is(err, store.ErrExists),
+		errors.Is(err, store.ErrConflict), errors.Is(err, allocator.ErrDefaultMismatch):
+		return exitConflict
+	case errors.Is(err, ipaddress.ErrInvalid), errors.Is(err, allocator.ErrNotInRange),
+		errors.Is(err, allocator.ErrMismatch), errors.Is(err, allocator.ErrTerminating),
+		errors.Is(err, allocator.ErrExcluded), errors.Is(err, admission.ErrRejected):
+		return exitUsage
+	}
+	return exitError
+}
+
+// flagSpec lists the flags: name → takes a value. Short and long names
+// are aliases through flagAlias.
+var flagSpec = map[string]bool{
+	"db": true, "etcd": true, "etcd-prefix": true, "output": true, "v": false, "timeout": true,
+	"family": true, "parent": true, "dry-run": false, "consumers": true, "leak-grace": true,
+	"help": false, "lock-timeout": true,
+}
+
+var flagAlias = map[string]string{"o": "output", "h": "help", "verbose": "v"}
+
+var globalFlags = []string{"db", "etcd", "etcd-prefix", "output", "v", "timeout", "help", "lock-timeout"}
+
+// cmdline is a parsed command line: positional words and flags, which may
+// come in any order ("ip allocate 10.0.0.1 --parent x" and "--parent x ip
+// allocate 10.0.0.1" are the same).
+type cmdline struct {
+	args  []string
+	flags map[string]string
+}
+
+func parseArgs(argv []string) (cmdline, error) {
+	cl := cmdline{flags: map[string]string{}}
+	for i := 0; i < len(argv); i++ {
+		a := argv[i]
+		if a == "--" {
+			cl.args = append(cl.args, argv[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			cl.args = append(cl.args, a)
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		value, hasValue := "", false
+		if k, v, ok := strings.Cut(name, "="); ok {
+			name, value, hasValue = k, v, true
+		}
+		if full, ok := flagAlias[name]; ok {
+			name = full
+		}
+		takes, known := flagSpec[name]
+		if !known {
+			return cl, usageErrorf("unknown flag %s", a)
+		}
+		switch {
+		case takes && !hasValue:
+			if i+1 >= len(argv) {
+				return cl, usageErrorf("flag %s needs a value", a)
+			}
+			i++
+			value = argv[i]
+		case !takes && hasValue:
+			if value != "true" && value != "false" {
+				return cl, usageErrorf("flag %s takes no value", a)
+			}
+		case !takes:
+			value = "true"
+		}
+		if _, dup := cl.flags[name]; dup {
+			return cl, usageErrorf("flag --%s given twice", name)
+		}
+		cl.flags[name] = value
+	}
+	return cl, nil
+}
+
+func (cl cmdline) has(name string) bool { return cl.flags[name] == "true" }
+
+// allow refuses the flags that are neither global nor in names.
+func (cl cmdline) allow(cmd string, names ...string) error {
+	for f := range cl.flags {
+		if !contains(globalFlags, f) && !contains(names, f) {
+			return usageErrorf("%s: unknown flag --%s", cmd, f)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// env is what a command runs with.
+type env struct {
+	ctx    context.Context
+	cl     cmdline
+	out    format
+	stdin  io.Reader
+	stdout io.Writer
+	log    *slog.Logger
+	now    time.Time
+	a      *allocator.Allocator
+	st     store.Store
+}
+
+func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := runErr(ctx, argv, stdin, stdout, stderr)
+	code := exitCode(err)
+	if err != nil && code != exitPending {
+		fmt.Fprintf(stderr, "ipamctl: %v\n", err)
+		var ue *usageError
+		if errors.As(err, &ue) && strings.HasPrefix(ue.msg, "usage") {
+			fmt.Fprint(stderr, usageText)
+		}
+	}
+	return code
+}
+
+const usageText = `
+Usage: ipamctl [--db FILE | --etcd HOST:PORT,...] [-o json|yaml] [-v] COMMAND
+
+Commands:
+  cidr create NAME PREFIX [PREFIX]      create a CIDR (one prefix per family)
+  cidr update NAME PREFIX PREFIX        make a single-stack CIDR dual-stack
+  cidr get [NAME]                       list CIDRs, or show one with its Ready condition
+  cidr delete NAME                      delete a CIDR (Terminating while addresses hold it)
+  ip allocate --family 4|6|dual --parent REF
+                                        allocate the next free address (of each family)
+  ip allocate ADDR --parent REF         allocate the given address
+  ip get [ADDR] [--parent REF]          list address records, or show one
+  ip release ADDR... | --parent REF     release addresses
+  repair --consumers FILE [--dry-run] [--leak-grace 60s]
+                                        reconcile records with a consumers file
+  usage                                 size, used and free addresses per CIDR prefix
+
+REF is resource[.group]/[namespace/]name, e.g. services/default/kubernetes.
+Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found,
+4 conflict (exists, already allocated), 5 range is full,
+6 deletion pending (CIDR Terminating).
+`
+
+func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cl, err := parseArgs(argv)
+	if err != nil {
+		return err
+	}
+	if cl.has("help") || len(cl.args) == 0 || cl.args[0] == "help" {
+		if len(cl.args) == 0 && !cl.has("help") {
+			return usageErrorf("usage: a command is required")
+		}
+		fmt.Fprint(stdout, strings.TrimPrefix(usageText, "\n"))
+		return nil
+	}
+	out, err := parseFormat(cl.flags["output"])
+	if err != nil {
+		return err
+	}
+	timeout := 30 * time.Second
+	if s, ok := cl.flags["timeout"]; ok {
+		if timeout, err = time.ParseDuration(s); err != nil || timeout <= 0 {
+			return usageErrorf("--timeout %q: must be a positive duration such as 30s", s)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	log := slog.New(slog.DiscardHandler)
+	if cl.has("v") {
+		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cmd, ok := lookup(cl.args)
+	if !ok {
+		return usageErrorf("usage: unknown command %q", strings.Join(cl.args, " "))
+	}
+	if err := cl.allow(cmd.name, cmd.flags...); err != nil {
+		return err
+	}
+	cl.args = cl.args[len(strings.Fields(cmd.name)):]
+	if err := cmd.checkArgs(cl.args); err != nil {
+		return err
+	}
+
+	st, err := openStore(ctx, cl, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := allocator.New(ctx, st, allocator.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("reading the store: %w", err)
+	}
+	defer a.Close()
+	e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), a: a, st: st}
+	err = cmd.run(e)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("timed out after %v (see --timeout): %w", timeout, err)
+	}
+	return err
+}
+
+// openStore opens the bbolt file or connects to etcd.
+func openStore(ctx context.Context, cl cmdline, log *slog.Logger) (store.Store, error) {
+	if eps, ok := cl.flags["etcd"]; ok {
+		if _, both := cl.flags["db"]; both {
+			return nil, usageErrorf("--db and --etcd exclude each other")
+		}
+		return openEtcd(ctx, eps, cl.flags["etcd-prefix"], log)
+	}
+	if _, ok := cl.flags["etcd-prefix"]; ok {
+		return nil, usageErrorf("--etcd-prefix needs --etcd")
+	}
+	path := cl.flags["db"]
+	if path == "" {
+		path = "ipam.db"
+	}
+	opts := []bolt.Option{bolt.WithLockTimeout(5 * time.Second)}
+	if s, ok := cl.flags["lock-timeout"]; ok {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, usageErrorf("--lock-timeout %q: %v", s, err)
+		}
+		opts[0] = bolt.WithLockTimeout(d)
+	}
+	log.Debug("opening bolt store", "path", path)
+	return bolt.Open(path, opts...)
+}

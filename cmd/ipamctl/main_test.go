@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/netipam/netipam/cidrset"
+)
+
+// bin is the ipamctl binary built once for the tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ipamctl-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "ipamctl")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// cli runs the binary with the given store flags prepended.
+type cli struct {
+	t     *testing.T
+	store []string
+}
+
+func newBoltCLI(t *testing.T) *cli {
+	return &cli{t: t, store: []string{"--db", filepath.Join(t.TempDir(), "ipam.db")}}
+}
+
+func (c *cli) run(args ...string) result {
+	c.t.Helper()
+	cmd := exec.Command(bin, append(append([]string{}, c.store...), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		c.t.Fatalf("running ipamctl %v: %v", args, err)
+	}
+	return r
+}
+
+// ok runs a command that must succeed and returns its stdout.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != 0 {
+		c.t.Fatalf("ipamctl %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// fail runs a command that must exit with code, its stderr naming want.
+func (c *cli) fail(code int, want string, args ...string) result {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != code {
+		c.t.Fatalf("ipamctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, want) {
+		c.t.Errorf("ipamctl %s: stderr %q does not say %q", strings.Join(args, " "), r.stderr, want)
+	}
+	return r
+}
+
+func (c *cli) json(v any, args ...string) {
+	c.t.Helper()
+	out := c.ok(append(args, "-o", "json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("ipamctl %s -o json: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (c *cli) allocateNext(parent string) netip.Addr {
+	c.t.Helper()
+	var o ipObject
+	c.json(&o, "ip", "allocate", "--family", "4", "--parent", parent)
+	return netip.MustParseAddr(o.Name)
+}
+
+// Walkthroughs 8.1 (exhaustion) and 8.2 (deletion) against a bolt file.
+func TestWalkthroughsExhaustionAndDeletion(t *testing.T) {
+	c := newBoltCLI(t)
+	if r := c.run("-v", "cidr", "create", "kubernetes", "10.96.0.0/28"); r.code != 0 || r.stdout != "cidr/kubernetes created\n" || !strings.Contains(r.stderr, "CIDR created") {
+		t.Fatalf("create kubernetes: %+v", r)
+	}
+	if out := c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes"); out != "ipaddress/10.96.0.1 allocated to services/default/kubernetes\n" {
+		t.Errorf("static allocation printed %q", out)
+	}
+	kubernetes := netip.MustParsePrefix("10.96.0.0/28")
+	seen := map[netip.Addr]bool{netip.MustParseAddr("10.96.0.1"): true}
+	for i := range 13 {
+		a := c.allocateNext(fmt.Sprintf("services/default/svc-%d", i))
+		if !cidrset.HostContains(kubernetes, a) || seen[a] {
+			t.Fatalf("allocation %d: %s (outside %s or repeated)", i, a, kubernetes)
+		}
+		seen[a] = true
+	}
+	c.fail(exitFull, "range is full", "ip", "allocate", "--family", "4", "--parent", "services/default/svc-14")
+
+	c.ok("cidr", "create", "newcidr1", "192.96.0.0/24")
+	newcidr1 := netip.MustParsePrefix("192.96.0.0/24")
+	var moved []netip.Addr
+	for i := range 2 {
+		a := c.allocateNext(fmt.Sprintf("services/default/new-%d", i))
+		if !cidrset.HostContains(newcidr1, a) {
+			t.Fatalf("allocation after newcidr1: %s, not from %s", a, newcidr1)
+		}
+		moved = append(moved, a)
+	}
+	table := c.ok("cidr", "get")
+	for _, want := range []string{"NAME", "CIDRS", "AGE", "kubernetes", "10.96.0.0/28", "newcidr1", "192.96.0.0/24"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("cidr get lacks %q:\n%s", want, table)
+		}
+	}
+	usage := c.ok("usage")
+	for _, want := range []string{"SIZE", "USED", "FREE", "kubernetes   10.96.0.0/28    14     14     0", "newcidr1     192.96.0.0/24   254    2      252"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("usage lacks %q:\n%s", want, usage)
+		}
+	}
+
+	// 8.2: delete newcidr1 while it holds addresses.
+	r := c.run("cidr", "delete", "newcidr1")
+	if r.code != exitPending {
+		t.Fatalf("cidr delete newcidr1: exit %d, want %d\n%+v", r.code, exitPending, r)
+	}
+	for _, want := range []string{"terminating", "Terminating", cidrset.MessageBlockedDelete, moved[0].String(), moved[1].String()} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("cidr delete output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	get := c.ok("cidr", "get", "newcidr1")
+	for _, want := range []string{"Ready:", "False", "Reason:", "Terminating", cidrset.MessageBlockedDelete} {
+		if !strings.Contains(get, want) {
+			t.Errorf("cidr get newcidr1 lacks %q:\n%s", want, get)
+		}
+	}
+	var obj cidrObject
+	c.json(&obj, "cidr", "get", "newcidr1")
+	if !obj.Terminating || obj.Conditions[0].Status != "False" || obj.Conditions[0].Reason != "Terminating" || len(obj.Blocking) != 2 {
+		t.Errorf("cidr get newcidr1 -o json: %+v", obj)
+	}
+	// Terminating: it serves nothing new, and kubernetes is full.
+	c.fail(exitFull, "range is full", "ip", "allocate", "--family", "4", "--parent", "services/default/late")
+	c.fail(exitUsage, "terminating", "ip", "allocate", "192.96.0.200", "--parent", "services/default/late")
+
+	c.ok("ip", "release", moved[0].String())
+	if r := c.run("cidr", "get", "newcidr1"); r.code != 0 {
+		t.Fatalf("newcidr1 gone while %s holds it: %+v", moved[1], r)
+	}
+	c.ok("ip", "release", moved[1].String())
+	c.fail(exitNotFound, `cidr "newcidr1" not found`, "cidr", "get", "newcidr1")
+
+	var cidrs list[cidrObject]
+	c.json(&cidrs, "cidr", "get")
+	if len(cidrs.Items) != 1 || cidrs.Items[0].Name != "kubernetes" || cidrs.Items[0].Conditions[0].Message != cidrset.MessageDefaultReady {
+		t.Errorf("cidr get -o json: %+v", cidrs)
+	}
+	var ips list[ipObject]
+	c.json(&ips, "ip", "get")
+	if len(ips.Items) != 14 || ips.Items[0].Name != "10.96.0.1" || ips.Items[0].ParentRef.Name != "kubernetes" {
+		t.Errorf("ip get -o json: %d items, first %+v", len(ips.Items), ips.Items[0])
+	}
+	if out := c.ok("ip", "get", "10.96.0.1"); !strings.Contains(out, "NAME") || !strings.Contains(out, "PARENTREF") || !strings.Contains(out, "services/default/kubernetes") {
+		t.Errorf("ip get 10.96.0.1:\n%s", out)
+	}
+}
+
+// 8.2, second half: a CIDR whose addresses a live CIDR covers goes at once.
+func TestDeleteOfCoveredCIDRSucceedsAtOnce(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "small", "10.0.0.0/24")
+	c.ok("ip", "allocate", "10.0.0.10", "--parent", "services/default/a")
+	c.ok("cidr", "create", "big", "10.0.0.0/23")
+	if out := c.ok("cidr", "delete", "small"); out != "cidr/small deleted\n" {
+		t.Errorf("cidr delete small: %q", out)
+	}
+	c.fail(exitNotFound, "not found", "cidr", "get", "small")
+	var res deleteResult
+	c.ok("cidr", "create", "other", "172.16.0.0/24")
+	c.json(&res, "cidr", "delete", "other")
+	if !res.Deleted {
+		t.Errorf("delete -o json: %+v", res)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	c := newBoltCLI(t)
+	c.fail(exitUsage, "a command is required")
+	c.fail(exitUsage, "unknown command", "frobnicate")
+	c.fail(exitUsage, "unknown flag", "cidr", "get", "--bogus")
+	c.fail(exitUsage, "unknown flag --family", "cidr", "get", "--family", "4")
+	c.fail(exitUsage, "usage: ipamctl cidr create NAME PREFIX [PREFIX]", "cidr", "create", "x")
+	c.fail(exitUsage, "must not have bits set beyond the prefix length", "cidr", "create", "x", "10.0.0.1/24")
+	c.fail(exitUsage, "must not have leading 0s", "cidr", "create", "x", "010.0.0.0/24")
+	c.fail(exitUsage, "-o \"xml\"", "cidr", "get", "-o", "xml")
+	c.ok("cidr", "create", "x", "10.0.0.0/30") // two addresses
+	c.fail(exitConflict, "already exists", "cidr", "create", "x", "10.1.0.0/24")
+	c.fail(exitUsage, "--parent REF is required", "ip", "allocate", "--family", "4")
+	c.fail(exitUsage, "must be of the form", "ip", "allocate", "--family", "4", "--parent", "nonsense")
+	c.fail(exitUsage, "--family", "ip", "allocate", "--parent", "services/default/a")
+	c.fail(exitUsage, "must be 4, 6 or dual", "ip", "allocate", "--family", "5", "--parent", "services/default/a")
+	c.fail(exitUsage, "must be a valid IP address", "ip", "allocate", "10.0.0.300", "--parent", "services/default/a")
+	c.fail(exitUsage, "not in the valid range", "ip", "allocate", "10.0.0.3", "--parent", "services/default/a") // broadcast
+	c.fail(exitUsage, "does not match the current range", "ip", "allocate", "--family", "6", "--parent", "services/default/a")
+	c.ok("ip", "allocate", "10.0.0.1", "--parent", "services/default/a")
+	c.fail(exitConflict, "already allocated", "ip", "allocate", "10.0.0.1", "--parent", "services/default/b")
+	c.ok("ip", "allocate", "--family=4", "--parent=services/default/b")
+	c.fail(exitFull, "range is full", "ip", "allocate", "--family", "4", "--parent", "services/default/c")
+	c.fail(exitNotFound, `cidr "nope" not found`, "cidr", "get", "nope")
+	c.fail(exitNotFound, `cidr "nope" not found`, "cidr", "delete", "nope")
+	c.fail(exitNotFound, `ipaddress "10.0.0.9" not found`, "ip", "get", "10.0.0.9")
+	c.fail(exitNotFound, `ipaddress "10.0.0.9" not found`, "ip", "release", "10.0.0.9")
+	c.fail(exitUsage, "--db and --etcd", "--etcd", "127.0.0.1:1", "cidr", "get")
+	c.fail(exitUsage, "needs --consumers", "repair")
+	if out := c.ok("help"); !strings.Contains(out, "Exit codes") {
+		t.Errorf("help:\n%s", out)
+	}
+}
+
+func TestOwnerWideGetAndRelease(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "dual", "10.0.0.0/24", "fd00:10::/120")
+	out := c.ok("ip", "allocate", "--family", "dual", "--parent", "services/default/both")
+	if strings.Count(out, "allocated to services/default/both") != 2 {
+		t.Fatalf("dual allocation: %q", out)
+	}
+	c.ok("ip", "allocate", "10.0.0.5", "--parent", "services/default/other")
+	var ips list[ipObject]
+	c.json(&ips, "ip", "get", "--parent", "services/default/both")
+	if len(ips.Items) != 2 || ips.Items[0].Family != "IPv4" || ips.Items[1].Family != "IPv6" {
+		t.Fatalf("ip get --parent: %+v", ips)
+	}
+	var rel struct{ Released []string }
+	c.json(&rel, "ip", "release", "--parent", "services/default/both")
+	if len(rel.Released) != 2 {
+		t.Errorf("released %v", rel.Released)
+	}
+	c.json(&ips, "ip", "get")
+	if len(ips.Items) != 1 || ips.Items[0].Name != "10.0.0.5" {
+		t.Errorf("left: %+v", ips.Items)
+	}
+}
+
+func TestYAMLOutput(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/28", "fd00:10::/108")
+	out := c.ok("cidr", "get", "kubernetes", "-o", "yaml")
+	for _, want := range []string{"name: kubernetes\n", "cidrs:\n- \"10.96.0.0/28\"\n- fd00:10::/108\n", "conditions:\n- type: Ready\n  status: \"True\"\n  message: Kubernetes default Service CIDR is ready\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("yaml lacks %q:\n%s", want, out)
+		}
+	}
+	out = c.ok("usage", "-o", "yaml")
+	if !strings.Contains(out, "size: 1048575\n") || !strings.Contains(out, "size: 14\n") {
+		t.Errorf("usage yaml:\n%s", out)
+	}
+}
+
+func TestJSONToYAML(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":1,"b":"x y","c":[],"d":{},"e":null,"f":true}`, "a: 1\nb: x y\nc: []\nd: {}\ne: null\nf: true\n"},
+		{`{"items":[{"name":"a","l":["1","b"]},"s"]}`, "items:\n- name: a\n  l:\n  - \"1\"\n  - b\n- s\n"},
+		{`{"s":["true","","a: b","a #b","2001:db8::1","ok/x-1.2","n"]}`, "s:\n- \"true\"\n- \"\"\n- \"a: b\"\n- \"a #b\"\n- \"2001:db8::1\"\n- ok/x-1.2\n- \"n\"\n"},
+		{`{"big":340282366920938463463374607431768211455}`, "big: 340282366920938463463374607431768211455\n"},
+		{`"top"`, "top\n"},
+	} {
+		got, err := jsonToYAML([]byte(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("jsonToYAML(%s) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// repair from the CLI, with a consumers file.
+func TestRepairWithConsumersFile(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
+	c.ok("ip", "allocate", "10.96.0.50", "--parent", "services/default/gone")
+	file := filepath.Join(t.TempDir(), "consumers.json")
+	consumers := `[
+  {"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"]},
+  {"parentRef": {"resource": "services", "namespace": "kube-system", "name": "kube-dns"}, "addresses": ["10.96.0.10"]},
+  {"parentRef": "services/default/broken", "addresses": ["10.96.0.999", "192.168.0.1"]}
+]`
+	if err := os.WriteFile(file, []byte(consumers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Fresh records are within the grace: the leak is pending.
+	var rep repairReport
+	c.json(&rep, "repair", "--consumers", file, "--dry-run")
+	kinds := func() map[string]int {
+		m := map[string]int{}
+		for _, e := range rep.Events {
+			m[e.Kind]++
+		}
+		return m
+	}
+	if k := kinds(); !rep.DryRun || k["LeakPending"] != 1 || k["Repaired"] != 1 || k["Invalid"] != 1 || k["OutOfRange"] != 1 || rep.RetryAfter == "" {
+		t.Fatalf("dry run: %+v", rep)
+	}
+	c.fail(exitNotFound, "not found", "ip", "get", "10.96.0.10") // dry run changed nothing
+
+	rep = repairReport{}
+	c.json(&rep, "repair", "--consumers", file, "--leak-grace", "0s")
+	if k := kinds(); rep.DryRun || k["Leak"] != 1 || k["Repaired"] != 1 {
+		t.Fatalf("repair: %+v", rep)
+	}
+	var ip ipObject
+	c.json(&ip, "ip", "get", "10.96.0.10")
+	if ip.ParentRef.Namespace != "kube-system" || ip.ParentRef.Name != "kube-dns" {
+		t.Errorf("repaired record: %+v", ip)
+	}
+	c.fail(exitNotFound, "not found", "ip", "get", "10.96.0.50")
+	out := c.ok("repair", "--consumers", file)
+	if !strings.Contains(out, "2 findings") || !strings.Contains(out, "Invalid") || !strings.Contains(out, "ClusterIPOutOfRange") {
+		t.Errorf("table repair output:\n%s", out)
+	}
+	c.fail(exitUsage, "--consumers", "repair", "--consumers", "/nonexistent/file.json")
+}
