@@ -92,7 +92,21 @@ type Allocator struct {
 	excluded [2]runset.Set
 	pending  [2]map[u128.U128]struct{} // chosen, creation in flight
 	pools    map[netip.Prefix]*pool
-	cands    []Candidate // scratch for Policy, reused under mu
+	// Derived from index and pools on every CIDR change, so that the
+	// allocation path does not walk the CIDRs:
+	poolList [2][]*pool      // every pool, per family
+	live     [2][]liveSource // pools live CIDRs serve, per family, deduplicated
+	dying    int             // Terminating CIDRs
+	cands    []Candidate     // scratch for Policy, reused under mu
+}
+
+// liveSource is a pool that a live CIDR serves; allocations from it are
+// fenced on that CIDR.
+type liveSource struct {
+	cidr    string
+	rev     int64
+	created time.Time
+	pool    *pool
 }
 
 // pool is the allocation state of one prefix; CIDRs with the same prefix
@@ -106,6 +120,11 @@ type pool struct {
 	size        u128.U128 // addresses offered
 	used        u128.U128 // allocated within [first, last]
 	excluded    u128.U128 // excluded within [first, last]
+	dying       []string  // Terminating CIDRs with this prefix
+}
+
+func (p *pool) contains(x u128.U128) bool {
+	return !p.size.IsZero() && !x.Less(p.first) && !p.last.Less(x)
 }
 
 func famIndex(a netip.Addr) int {
@@ -413,38 +432,36 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	if !ok {
 		return choice{}, &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
 	}
+	live := a.live[fam]
+	switch len(live) {
+	case 0:
+		return choice{}, ErrMismatch
+	case 1: // the common case needs no policy
+		if x, ok := a.nextInPoolLocked(live[0].pool, skip); ok {
+			return live[0].choice(x), nil
+		}
+		return choice{}, ErrFull
+	}
 	cands := a.cands[:0]
-	for _, c := range a.index.All() {
-		if c.Terminating {
-			continue
-		}
-		p, ok := c.Prefix(f)
-		if !ok || slices.ContainsFunc(cands, func(x Candidate) bool { return x.Prefix == p }) {
-			continue
-		}
-		pl := a.pools[p]
-		if pl == nil {
-			continue
-		}
-		cands = append(cands, Candidate{CIDR: c.Name, Prefix: p, Created: c.Created, Used: cidrset.Count(pl.used), Size: cidrset.Count(pl.size)})
+	for _, l := range live {
+		cands = append(cands, Candidate{CIDR: l.cidr, Prefix: l.pool.prefix, Created: l.created, Used: cidrset.Count(l.pool.used), Size: cidrset.Count(l.pool.size)})
 	}
 	a.cands = cands
-	if len(cands) == 0 {
-		return choice{}, ErrMismatch
-	}
-	if len(cands) > 1 {
-		a.cfg.policy.Order(cands)
-	}
+	a.cfg.policy.Order(cands)
 	for _, cand := range cands {
-		pl := a.pools[cand.Prefix]
-		x, ok := a.nextInPoolLocked(pl, skip)
-		if !ok {
-			continue
+		i := slices.IndexFunc(live, func(l liveSource) bool { return l.pool.prefix == cand.Prefix })
+		if i < 0 {
+			continue // the policy made up a candidate
 		}
-		c, _ := a.index.Get(cand.CIDR)
-		return choice{addr: x.Addr(fam == 0), fence: store.Fence{CIDR: c.Name, Revision: c.Revision}, pool: pl.prefix}, nil
+		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
+			return live[i].choice(x), nil
+		}
 	}
 	return choice{}, ErrFull
+}
+
+func (l liveSource) choice(x u128.U128) choice {
+	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}, pool: l.pool.prefix}
 }
 
 // nextInPoolLocked finds a free address of pl: upper band first, then lower.
@@ -514,15 +531,19 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 	if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
 		return err
 	}
-	a.mu.Lock()
 	var dying []string
-	a.index.Containing(addr, func(c *cidrset.CIDR, _ netip.Prefix) bool {
-		if c.Terminating && !slices.Contains(dying, c.Name) {
-			dying = append(dying, c.Name)
+	a.mu.Lock()
+	if a.dying > 0 {
+		x := u128.FromAddr(addr)
+		for _, pl := range a.poolList[famIndex(addr)] {
+			if pl.contains(x) {
+				dying = append(dying, pl.dying...)
+			}
 		}
-		return true
-	})
+	}
 	a.mu.Unlock()
+	slices.Sort(dying)
+	dying = slices.Compact(dying)
 	for _, name := range dying {
 		if _, err := a.fin.Reconcile(ctx, name); err != nil {
 			a.cfg.logger.Warn("re-checking terminating CIDR", "cidr", name, "err", err)

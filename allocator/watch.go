@@ -79,44 +79,37 @@ func (a *Allocator) advanceLocked(rev int64) {
 
 // markUsedLocked adds addr to the used set and its pools' counters.
 func (a *Allocator) markUsedLocked(addr netip.Addr) {
-	x := u128.FromAddr(addr)
-	if !a.used[famIndex(addr)].Add(x) {
+	x, fam := u128.FromAddr(addr), famIndex(addr)
+	if !a.used[fam].Add(x) {
 		return
 	}
-	a.eachPoolLocked(addr, func(p *pool) { p.used = p.used.Inc() })
+	for _, pl := range a.poolList[fam] {
+		if pl.contains(x) {
+			pl.used = pl.used.Inc()
+		}
+	}
 }
 
 // markFreeLocked removes addr; it reports whether a Terminating CIDR
 // contains it, so the finalizer should look again.
 func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
-	if !a.used[famIndex(addr)].Remove(u128.FromAddr(addr)) {
+	x, fam := u128.FromAddr(addr), famIndex(addr)
+	if !a.used[fam].Remove(x) {
 		return false
 	}
-	a.eachPoolLocked(addr, func(p *pool) { p.used = p.used.Dec() })
 	dying := false
-	a.index.Containing(addr, func(c *cidrset.CIDR, _ netip.Prefix) bool {
-		dying = c.Terminating
-		return !dying
-	})
+	for _, pl := range a.poolList[fam] {
+		if pl.contains(x) {
+			pl.used = pl.used.Dec()
+			dying = dying || len(pl.dying) > 0
+		}
+	}
 	return dying
 }
 
-// eachPoolLocked calls fn for every pool that host-contains addr.
-func (a *Allocator) eachPoolLocked(addr netip.Addr, fn func(*pool)) {
-	var last netip.Prefix
-	a.index.Containing(addr, func(_ *cidrset.CIDR, p netip.Prefix) bool {
-		if p != last { // CIDRs sharing a prefix come together and share a pool
-			if pl := a.pools[p]; pl != nil {
-				fn(pl)
-			}
-			last = p
-		}
-		return true
-	})
-}
-
 // syncPoolsLocked makes the pools match the index's prefixes, building new
-// ones from the used set (O(runs) in the new prefix).
+// ones from the used set (O(runs) in the new prefix), and derives what the
+// allocation path reads.
 func (a *Allocator) syncPoolsLocked() {
 	want := map[netip.Prefix]bool{}
 	for _, c := range a.index.All() {
@@ -132,6 +125,31 @@ func (a *Allocator) syncPoolsLocked() {
 	for p := range want {
 		if a.pools[p] == nil {
 			a.pools[p] = a.newPoolLocked(p)
+		}
+	}
+	a.poolList = [2][]*pool{}
+	for _, pl := range a.pools {
+		pl.dying = nil
+		a.poolList[pl.fam] = append(a.poolList[pl.fam], pl)
+	}
+	for f := range a.poolList { // a stable order keeps the policy's input stable
+		slices.SortFunc(a.poolList[f], func(x, y *pool) int { return x.first.Cmp(y.first) })
+	}
+	a.live = [2][]liveSource{}
+	a.dying = 0
+	for _, c := range a.index.All() {
+		if c.Terminating {
+			a.dying++
+		}
+		for _, p := range c.Prefixes {
+			pl := a.pools[p.Masked()]
+			if c.Terminating {
+				pl.dying = append(pl.dying, c.Name)
+				continue
+			}
+			if !slices.ContainsFunc(a.live[pl.fam], func(l liveSource) bool { return l.pool == pl }) {
+				a.live[pl.fam] = append(a.live[pl.fam], liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl})
+			}
 		}
 	}
 }

@@ -180,6 +180,10 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	var batch map[netip.Addr]bool // duplicates within a large batch
+	if len(recs) > 8 {
+		batch = make(map[netip.Addr]bool, len(recs))
+	}
 	for i, r := range recs {
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
 			return nil, err
@@ -187,10 +191,14 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		if _, ok := s.addrs[r.Addr]; ok {
 			return nil, &store.AddressExistsError{Addr: r.Addr}
 		}
-		for _, prev := range recs[:i] {
-			if prev.Addr == r.Addr {
-				return nil, &store.AddressExistsError{Addr: r.Addr}
-			}
+		dup := batch[r.Addr]
+		if batch != nil {
+			batch[r.Addr] = true
+		} else {
+			dup = slices.ContainsFunc(recs[:i], func(p ipaddress.IPAddress) bool { return p.Addr == r.Addr })
+		}
+		if dup {
+			return nil, &store.AddressExistsError{Addr: r.Addr}
 		}
 	}
 	if err := s.checkFences(fences); err != nil {

@@ -1,0 +1,93 @@
+package allocator_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/u128"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store/memory"
+)
+
+// filledAllocator returns an allocator over prefix with the first n hosts
+// held (loaded through the store, as on a cold start).
+func filledAllocator(b *testing.B, prefix string, n uint64) *allocator.Allocator {
+	b.Helper()
+	ctx := context.Background()
+	st := memory.New()
+	p := netip.MustParsePrefix(prefix)
+	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{p}}); err != nil {
+		b.Fatal(err)
+	}
+	r, _ := cidrset.HostRange(p)
+	first := u128.FromAddr(r.From())
+	batch := make([]ipaddress.IPAddress, 0, 4096)
+	for i := uint64(0); i < n; i++ {
+		batch = append(batch, ipaddress.IPAddress{Addr: first.Add64(i).Addr(p.Addr().Is4()), Parent: svc(fmt.Sprintf("svc-%08d", i))})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := st.CreateAddresses(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	return a
+}
+
+// BenchmarkAllocateNextRelease measures one dynamic allocation and its
+// release at several fill levels; the full comparison with Kubernetes'
+// allocators lives in the bench module.
+func BenchmarkAllocateNextRelease(b *testing.B) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		prefix string
+		fill   float64
+	}{{"10.0.0.0/16", 0}, {"10.0.0.0/16", 0.9}, {"10.0.0.0/16", 0.9999}, {"fd00::/64", 0}} {
+		b.Run(fmt.Sprintf("prefix=%s/fill=%g", tc.prefix, tc.fill), func(b *testing.B) {
+			size, _ := cidrset.Size(netip.MustParsePrefix(tc.prefix)).Uint64()
+			if size > 1<<32 {
+				size = 0
+			}
+			a := filledAllocator(b, tc.prefix, uint64(float64(size)*tc.fill))
+			owner := svc("bench")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				r, err := a.AllocateNext(ctx, ipaddress.FamilyOf(netip.MustParsePrefix(tc.prefix).Addr()), owner)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Release(ctx, r.Addr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHeapPerAddress reports the heap held per allocated address by
+// the memory store and an allocator over it.
+// It measures once, whatever b.N: the figure does not depend on it.
+func BenchmarkHeapPerAddress(b *testing.B) {
+	const n = 1 << 18
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	a := filledAllocator(b, "10.0.0.0/12", n)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(a)
+	for b.Loop() {
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/addr")
+}
