@@ -33,17 +33,8 @@ type Store struct {
 	rev      int64
 	now      func() time.Time
 	cidrs    map[string]cidrset.CIDR
-	addrs    map[netip.Addr]record
-	owners   map[ipaddress.ParentRef][]netip.Addr
+	addrs    *records
 	watchers map[*watcher]struct{}
-}
-
-// record is an address record without its key. Created is kept as Unix
-// nanoseconds: a time.Time would cost 24 bytes per address.
-type record struct {
-	parent  ipaddress.ParentRef
-	created int64
-	rev     int64
 }
 
 type watcher struct {
@@ -58,8 +49,7 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		now:      time.Now,
 		cidrs:    make(map[string]cidrset.CIDR),
-		addrs:    make(map[netip.Addr]record),
-		owners:   make(map[ipaddress.ParentRef][]netip.Addr),
+		addrs:    newRecords(),
 		watchers: make(map[*watcher]struct{}),
 	}
 	for _, o := range opts {
@@ -188,7 +178,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
 			return nil, err
 		}
-		if _, ok := s.addrs[r.Addr]; ok {
+		if s.addrs.has(r.Addr) {
 			return nil, &store.AddressExistsError{Addr: r.Addr}
 		}
 		dup := batch[r.Addr]
@@ -205,20 +195,15 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		return nil, err
 	}
 	s.rev++
-	now := s.now()
+	now := s.now().Unix()
 	out := make([]ipaddress.IPAddress, len(recs))
 	for i, r := range recs {
-		r.Created, r.Revision = now, s.rev
-		s.addrs[r.Addr] = record{parent: r.Parent, created: now.UnixNano(), rev: s.rev}
-		s.owners[r.Parent] = append(s.owners[r.Parent], r.Addr)
+		r.Created, r.Revision = time.Unix(now, 0), s.rev
+		s.addrs.put(r.Addr, r.Parent, now, s.rev)
 		out[i] = r
 		s.notify(store.Event{Kind: store.AddressPut, Revision: s.rev, Address: r})
 	}
 	return out, nil
-}
-
-func (r record) toAddress(a netip.Addr) ipaddress.IPAddress {
-	return ipaddress.IPAddress{Addr: a, Parent: r.parent, Created: time.Unix(0, r.created), Revision: r.rev}
 }
 
 // DeleteAddress implements store.Store.
@@ -227,22 +212,11 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 		return ipaddress.IPAddress{}, err
 	}
 	defer s.mu.Unlock()
-	r, ok := s.addrs[addr]
+	rec, ok := s.addrs.delete(addr)
 	if !ok {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
-	delete(s.addrs, addr)
-	held := s.owners[r.parent]
-	if i := slices.Index(held, addr); i >= 0 {
-		held = slices.Delete(held, i, i+1)
-	}
-	if len(held) == 0 {
-		delete(s.owners, r.parent)
-	} else {
-		s.owners[r.parent] = held
-	}
 	s.rev++
-	rec := r.toAddress(addr)
 	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: rec})
 	return rec, nil
 }
@@ -253,11 +227,11 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 		return ipaddress.IPAddress{}, err
 	}
 	defer s.mu.Unlock()
-	r, ok := s.addrs[addr]
+	rec, ok := s.addrs.get(addr)
 	if !ok {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
-	return r.toAddress(addr), nil
+	return rec, nil
 }
 
 // AddressesOf implements store.Store.
@@ -266,12 +240,7 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	held := s.owners[owner]
-	out := make([]ipaddress.IPAddress, 0, len(held))
-	for _, a := range held {
-		out = append(out, s.addrs[a].toAddress(a))
-	}
-	return out, nil
+	return s.addrs.of(owner), nil
 }
 
 // ListAddresses implements store.Store.
@@ -280,10 +249,8 @@ func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	out := make([]ipaddress.IPAddress, 0, len(s.addrs))
-	for a, r := range s.addrs {
-		out = append(out, r.toAddress(a))
-	}
+	out := make([]ipaddress.IPAddress, 0, s.addrs.len())
+	s.addrs.all(func(a netip.Addr, e entry) { out = append(out, s.addrs.record(a, e)) })
 	slices.SortFunc(out, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
 	return out, nil
 }
@@ -293,13 +260,11 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
-	snap := store.Snapshot{Revision: s.rev, Addrs: make([]netip.Addr, 0, len(s.addrs))}
+	snap := store.Snapshot{Revision: s.rev, Addrs: make([]netip.Addr, 0, s.addrs.len())}
 	for _, c := range s.cidrs {
 		snap.CIDRs = append(snap.CIDRs, c.Clone())
 	}
-	for a := range s.addrs {
-		snap.Addrs = append(snap.Addrs, a)
-	}
+	s.addrs.all(func(a netip.Addr, _ entry) { snap.Addrs = append(snap.Addrs, a) })
 	w.Reset(snap)
 	reg := &watcher{ctx: ctx, w: w}
 	s.watchers[reg] = struct{}{}
