@@ -261,32 +261,41 @@ func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, req
 		return recs, err
 	}
 	start := time.Now()
-	recs, choices, err := a.allocateOnce(ctx, owner, reqs, dryRun)
+	recs, from, err := a.allocateOnce(ctx, owner, reqs, dryRun)
 	took := time.Since(start)
 	for i, r := range reqs {
-		ev := AllocationEvent{Scope: ScopeDynamic, Family: r.family, Err: err, Duration: took}
+		ev := AllocationEvent{Scope: ScopeDynamic, Family: r.family, Err: err, Duration: took, CIDR: from[i]}
 		if r.addr.IsValid() {
 			ev.Scope, ev.Family = ScopeStatic, ipaddress.FamilyOf(r.addr)
-		}
-		if i < len(choices) {
-			ev.CIDR = choices[i].fence.CIDR
 		}
 		a.cfg.observer.Allocated(ev)
 	}
 	return recs, err
 }
 
+// sources names, per request, the CIDR it was (or would have been) served
+// from. Requests are one address per family, so two at most.
+type sources [2]string
+
+func sourcesOf(choices []choice) (s sources) {
+	for i, c := range choices {
+		s[i] = c.fence.CIDR
+	}
+	return s
+}
+
 // allocateOnce serves reqs atomically, retrying when another allocator won
-// a race for an address; it returns the last choices made.
-func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool) ([]ipaddress.IPAddress, []choice, error) {
+// a race for an address; it returns where the last choices came from.
+func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool) ([]ipaddress.IPAddress, sources, error) {
 	if err := owner.Validate(); err != nil {
-		return nil, nil, err
+		return nil, sources{}, err
 	}
 	var skip []netip.Addr // taken per the store, though the index did not know yet
 	for attempt := 0; ; attempt++ {
-		choices, err := a.choose(reqs, skip)
+		var buf [2]choice
+		choices, err := a.choose(reqs, skip, buf[:0])
 		if err != nil {
-			return nil, nil, err
+			return nil, sources{}, err
 		}
 		if dryRun {
 			a.unpend(choices)
@@ -294,7 +303,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 			for i, c := range choices {
 				out[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
 			}
-			return out, choices, nil
+			return out, sourcesOf(choices), nil
 		}
 		recs := make([]ipaddress.IPAddress, len(choices))
 		fences := make([]store.Fence, 0, len(choices))
@@ -307,36 +316,48 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		created, err := a.st.CreateAddresses(ctx, recs, fences...)
 		a.settle(choices, created)
 		if err == nil {
-			return created, choices, nil
+			return created, sourcesOf(choices), nil
 		}
-		var exists *store.AddressExistsError
-		switch {
-		case errors.As(err, &exists):
-			for _, r := range reqs {
-				if r.addr == exists.Addr {
-					return nil, choices, ErrAllocated
-				}
+		if taken, ok := takenAddr(err); ok {
+			if slices.ContainsFunc(reqs, func(r request) bool { return r.addr == taken }) {
+				return nil, sourcesOf(choices), ErrAllocated
 			}
-			skip = append(skip, exists.Addr)
-		case errors.Is(err, store.ErrFenced):
-			var fe *store.FencedError
-			if errors.As(err, &fe) {
-				a.refreshCIDR(ctx, fe.Fence.CIDR)
-			}
-		default:
-			return nil, choices, err
+			skip = append(skip, taken)
+		} else if cidr, ok := fencedCIDR(err); ok {
+			a.refreshCIDR(ctx, cidr)
+		} else {
+			return nil, sourcesOf(choices), err
 		}
 		if attempt >= maxAttempts {
-			return nil, choices, err
+			return nil, sourcesOf(choices), err
 		}
 	}
 }
 
-// choose picks an address for every request and marks them pending.
-func (a *Allocator) choose(reqs []request, skip []netip.Addr) ([]choice, error) {
+// takenAddr returns the address a create found held. It is a function of
+// its own so that errors.As's target is only allocated on that path.
+func takenAddr(err error) (netip.Addr, bool) {
+	var exists *store.AddressExistsError
+	if errors.As(err, &exists) {
+		return exists.Addr, true
+	}
+	return netip.Addr{}, false
+}
+
+// fencedCIDR returns the CIDR whose fence failed.
+func fencedCIDR(err error) (string, bool) {
+	var fe *store.FencedError
+	if errors.As(err, &fe) {
+		return fe.Fence.CIDR, true
+	}
+	return "", false
+}
+
+// choose picks an address for every request, appended to out, and marks
+// them pending.
+func (a *Allocator) choose(reqs []request, skip []netip.Addr, out []choice) ([]choice, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]choice, 0, len(reqs))
 	for _, r := range reqs {
 		var c choice
 		var err error

@@ -91,8 +91,9 @@ type Store interface {
 	// CreateAddresses stores all records or none: an *AddressExistsError
 	// if any address is held, an *FencedError if a fence fails, an error
 	// matching ipaddress.ErrInvalid for an address that is not storable
-	// (zero, zoned, IPv4-mapped). It sets Created and Revision (one
-	// revision for the whole batch).
+	// (zero, zoned, IPv4-mapped). It returns the records with Created and
+	// Revision set (one revision for the whole batch); it may set them in
+	// recs itself and return it.
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
 	// DeleteAddress removes the record of addr and returns it.
 	DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)

@@ -200,3 +200,38 @@ func escape(s string) string {
 	}
 	return b.String()
 }
+
+// cidrFromKV decodes the CIDR stored under key with the given ModRevision;
+// name is the key's last part. Errors are *CorruptError naming key.
+func cidrFromKV(key, name string, value []byte, modRev int64) (cidrset.CIDR, error) {
+	c, err := decodeCIDR(value)
+	if err != nil {
+		return cidrset.CIDR{}, corrupt(key, err)
+	}
+	c.Name, c.Revision = name, modRev
+	return c, nil
+}
+
+// recordFromKV decodes the record of a stored under key with the given
+// CreateRevision. Errors are *CorruptError naming key.
+func recordFromKV(key string, a netip.Addr, value []byte, createRev int64) (ipaddress.IPAddress, error) {
+	r, err := decodeRecord(value)
+	if err != nil {
+		return ipaddress.IPAddress{}, corrupt(key, err)
+	}
+	r.Addr, r.Revision = a, createRev
+	return r, nil
+}
+
+// addrFromKey decodes the address of an address or owner key whose part
+// before the address suffix is pfx. Errors are *CorruptError naming key.
+func addrFromKey(key, pfx string) (netip.Addr, error) {
+	if !strings.HasPrefix(key, pfx) {
+		return netip.Addr{}, corrupt(key, fmt.Errorf("not under %q", pfx))
+	}
+	a, err := decodeAddrSuffix(key[len(pfx):])
+	if err != nil {
+		return netip.Addr{}, corrupt(key, err)
+	}
+	return a, nil
+}

@@ -80,7 +80,6 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -231,12 +230,8 @@ func (s *Store) getCIDR(ctx context.Context, name string) (c cidrset.CIDR, found
 		return cidrset.CIDR{}, false, nil
 	}
 	kv := resp.Kvs[0]
-	c, err = decodeCIDR(kv.Value)
-	if err != nil {
-		return cidrset.CIDR{}, true, corrupt(key, err)
-	}
-	c.Name, c.Revision = name, kv.ModRevision
-	return c, true, nil
+	c, err = cidrFromKV(key, name, kv.Value, kv.ModRevision)
+	return c, true, err
 }
 
 // UpdateCIDR implements store.Store.
@@ -424,36 +419,36 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 }
 
 // readBack resolves a create whose outcome is unknown: it succeeded if every
-// key holds exactly the value written, all at one create revision.
+// key holds exactly the value written (the value holds the creation time to
+// the nanosecond, so no other create wrote it), all at one create revision.
+// A failed read is retried a few times: right after a leader is lost, reads
+// fail until a new one is elected, and its first linearizable read sees
+// every entry the old leader had committed.
 func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, ok bool) {
-	if ctx.Err() != nil || len(keys) == 0 {
-		return 0, false
-	}
 	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		ops[i] = clientv3.OpGet(k)
 	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return 0, false
-	}
-	for i, r := range rangeResponses(resp, 0) {
-		if len(r.Kvs) == 0 || !bytes.Equal(r.Kvs[0].Value, []byte(vals[i])) || (rev != 0 && r.Kvs[0].CreateRevision != rev) {
-			return 0, false
+	wait := 100 * time.Millisecond
+	for attempt := 0; attempt < 4 && ctx.Err() == nil && len(keys) > 0; attempt++ {
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			wait *= 2
+			continue
 		}
-		rev = r.Kvs[0].CreateRevision
+		for i, r := range rangeResponses(resp, 0) {
+			if len(r.Kvs) == 0 || string(r.Kvs[0].Value) != vals[i] || (rev != 0 && r.Kvs[0].CreateRevision != rev) {
+				return 0, false
+			}
+			rev = r.Kvs[0].CreateRevision
+		}
+		return rev, true
 	}
-	return rev, true
-}
-
-// record decodes an address key-value.
-func (s *Store) record(a netip.Addr, key string, value []byte, createRev int64) (ipaddress.IPAddress, error) {
-	r, err := decodeRecord(value)
-	if err != nil {
-		return ipaddress.IPAddress{}, corrupt(key, err)
-	}
-	r.Addr, r.Revision = a, createRev
-	return r, nil
+	return 0, false
 }
 
 // DeleteAddress implements store.Store. It reads the record, then deletes its
@@ -475,7 +470,7 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 			return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 		}
 		kv := resp.Kvs[0]
-		rec, err := s.record(addr, key, kv.Value, kv.CreateRevision)
+		rec, err := recordFromKV(key, addr, kv.Value, kv.CreateRevision)
 		if err != nil {
 			return ipaddress.IPAddress{}, err
 		}
@@ -509,7 +504,7 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 	if len(resp.Kvs) == 0 {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
-	return s.record(addr, key, resp.Kvs[0].Value, resp.Kvs[0].CreateRevision)
+	return recordFromKV(key, addr, resp.Kvs[0].Value, resp.Kvs[0].CreateRevision)
 }
 
 // AddressesOf implements store.Store: one range read of the owner's keys.
@@ -521,11 +516,11 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 	var out []ipaddress.IPAddress
 	_, err := s.list(ctx, pfx, clientv3.GetPrefixRangeEnd(pfx), 0, false, func(kv *mvccpb.KeyValue) error {
 		key := string(kv.Key)
-		a, err := decodeAddrSuffix(key[len(pfx):])
+		a, err := addrFromKey(key, pfx)
 		if err != nil {
-			return corrupt(key, err)
+			return err
 		}
-		r, err := s.record(a, key, kv.Value, kv.CreateRevision)
+		r, err := recordFromKV(key, a, kv.Value, kv.CreateRevision)
 		if err != nil {
 			return err
 		}
@@ -553,11 +548,11 @@ func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error
 	var out []ipaddress.IPAddress
 	_, err := s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
 		key := string(kv.Key)
-		a, err := decodeAddrSuffix(key[len(s.ipPfx):])
+		a, err := addrFromKey(key, s.ipPfx)
 		if err != nil {
-			return corrupt(key, err)
+			return err
 		}
-		r, err := s.record(a, key, kv.Value, kv.CreateRevision)
+		r, err := recordFromKV(key, a, kv.Value, kv.CreateRevision)
 		if err != nil {
 			return err
 		}

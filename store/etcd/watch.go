@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/netipam/netipam/cidrset"
@@ -63,6 +64,17 @@ func (s *Store) watchRange() (start, end string) {
 // at one revision. With report nil it fails on the first key or value it
 // cannot decode; otherwise it reports it, leaves it out and goes on.
 func (s *Store) snapshot(ctx context.Context, report func(error)) (store.Snapshot, error) {
+	for attempt := 0; ; attempt++ {
+		snap, err := s.snapshotOnce(ctx, report)
+		// The revision read may be compacted between pages: read again.
+		if errors.Is(err, rpctypes.ErrCompacted) && attempt < 5 {
+			continue
+		}
+		return snap, err
+	}
+}
+
+func (s *Store) snapshotOnce(ctx context.Context, report func(error)) (store.Snapshot, error) {
 	snap := store.Snapshot{Addrs: []netip.Addr{}}
 	bad := func(err error) error {
 		if report == nil {
@@ -73,11 +85,10 @@ func (s *Store) snapshot(ctx context.Context, report func(error)) (store.Snapsho
 	}
 	rev, err := s.list(ctx, s.cidrPfx, clientv3.GetPrefixRangeEnd(s.cidrPfx), 0, false, func(kv *mvccpb.KeyValue) error {
 		key := string(kv.Key)
-		c, err := decodeCIDR(kv.Value)
+		c, err := cidrFromKV(key, key[len(s.cidrPfx):], kv.Value, kv.ModRevision)
 		if err != nil {
-			return bad(corrupt(key, err))
+			return bad(err)
 		}
-		c.Name, c.Revision = key[len(s.cidrPfx):], kv.ModRevision
 		snap.CIDRs = append(snap.CIDRs, c)
 		return nil
 	})
@@ -86,9 +97,9 @@ func (s *Store) snapshot(ctx context.Context, report func(error)) (store.Snapsho
 	}
 	_, err = s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), rev, true, func(kv *mvccpb.KeyValue) error {
 		key := string(kv.Key)
-		a, err := decodeAddrSuffix(key[len(s.ipPfx):])
+		a, err := addrFromKey(key, s.ipPfx)
 		if err != nil {
-			return bad(corrupt(key, err))
+			return bad(err)
 		}
 		snap.Addrs = append(snap.Addrs, a)
 		return nil
@@ -180,27 +191,25 @@ func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
 	case len(key) >= len(s.cidrPfx) && key[:len(s.cidrPfx)] == s.cidrPfx:
 		name := key[len(s.cidrPfx):]
 		if put {
-			c, err := decodeCIDR(ev.Kv.Value)
+			c, err := cidrFromKV(key, name, ev.Kv.Value, rev)
 			if err != nil {
-				s.report(corrupt(key, err))
+				s.report(err)
 				// Serve nothing from a CIDR we cannot read.
 				return store.Event{Kind: store.CIDRDeleted, Revision: rev, CIDR: cidrset.CIDR{Name: name}}, true
 			}
-			c.Name, c.Revision = name, rev
 			return store.Event{Kind: store.CIDRPut, Revision: rev, CIDR: c}, true
 		}
 		c := cidrset.CIDR{Name: name}
 		if ev.PrevKv != nil {
-			if old, err := decodeCIDR(ev.PrevKv.Value); err == nil {
-				old.Name, old.Revision = name, ev.PrevKv.ModRevision
+			if old, err := cidrFromKV(key, name, ev.PrevKv.Value, ev.PrevKv.ModRevision); err == nil {
 				c = old
 			}
 		}
 		return store.Event{Kind: store.CIDRDeleted, Revision: rev, CIDR: c}, true
 	case len(key) >= len(s.ipPfx) && key[:len(s.ipPfx)] == s.ipPfx:
-		a, err := decodeAddrSuffix(key[len(s.ipPfx):])
+		a, err := addrFromKey(key, s.ipPfx)
 		if err != nil {
-			s.report(corrupt(key, err))
+			s.report(err)
 			return store.Event{}, false
 		}
 		r := ipaddress.IPAddress{Addr: a}
@@ -208,8 +217,8 @@ func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
 		switch {
 		case put:
 			kind = store.AddressPut
-			if dec, err := decodeRecord(ev.Kv.Value); err != nil {
-				s.report(corrupt(key, err))
+			if dec, err := recordFromKV(key, a, ev.Kv.Value, 0); err != nil {
+				s.report(err)
 			} else {
 				r.Parent, r.Created = dec.Parent, dec.Created
 			}

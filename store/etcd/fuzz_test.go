@@ -1,0 +1,129 @@
+package etcd
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// checkCorrupt fails unless err is a *CorruptError naming key.
+func checkCorrupt(t *testing.T, err error, key string) {
+	t.Helper()
+	var ce *CorruptError
+	if !errors.Is(err, store.ErrCorrupt) || !errors.As(err, &ce) || ce.Key != key || !strings.Contains(err.Error(), strconv.Quote(key)) {
+		t.Fatalf("error %v: want a *CorruptError naming %q", err, key)
+	}
+}
+
+func FuzzCIDRValue(f *testing.F) {
+	f.Add(encodeCIDR(cidrset.CIDR{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/28")}, Created: time.Unix(1, 2)}))
+	f.Add(encodeCIDR(cidrset.CIDR{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00:10::/108")}, Terminating: true}))
+	f.Add([]byte(`{"v":2,"prefixes":[]}`))
+	f.Add([]byte(`{"v":1,"prefixes":["10.0.0.1/33"]}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`garbage`))
+	const key = "/p/v1/cidrs/x"
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := cidrFromKV(key, "x", b, 7)
+		if err != nil {
+			checkCorrupt(t, err, key)
+			return
+		}
+		if c.Name != "x" || c.Revision != 7 {
+			t.Fatalf("decoded %+v", c)
+		}
+		enc := encodeCIDR(c)
+		again, err := cidrFromKV(key, "x", enc, 7)
+		if err != nil {
+			t.Fatalf("re-decoding %s: %v", enc, err)
+		}
+		if !equalCIDR(c, again) || !bytes.Equal(encodeCIDR(again), enc) {
+			t.Fatalf("round trip of %q: %+v then %+v", b, c, again)
+		}
+	})
+}
+
+func equalCIDR(a, b cidrset.CIDR) bool {
+	if a.Name != b.Name || a.Terminating != b.Terminating || !a.Created.Equal(b.Created) || a.Revision != b.Revision || len(a.Prefixes) != len(b.Prefixes) {
+		return false
+	}
+	for i := range a.Prefixes {
+		if a.Prefixes[i] != b.Prefixes[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func FuzzRecordValue(f *testing.F) {
+	f.Add(encodeRecord(ipaddress.IPAddress{Parent: ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"}, Created: time.Unix(0, 5)}))
+	f.Add(encodeRecord(ipaddress.IPAddress{Parent: ipaddress.ParentRef{Group: "example.com", Resource: "widgets", Name: "w/1%"}}))
+	f.Add([]byte(`{"v":1,"resource":"\xff"}`))
+	f.Add([]byte(`{"v":0}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte{})
+	const key = "/p/v1/ips/4/0a000001"
+	a := netip.MustParseAddr("10.0.0.1")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := recordFromKV(key, a, b, 9)
+		if err != nil {
+			checkCorrupt(t, err, key)
+			return
+		}
+		if r.Addr != a || r.Revision != 9 {
+			t.Fatalf("decoded %+v", r)
+		}
+		enc := encodeRecord(r)
+		again, err := recordFromKV(key, a, enc, 9)
+		if err != nil {
+			t.Fatalf("re-decoding %s: %v", enc, err)
+		}
+		if again.Parent != r.Parent || !again.Created.Equal(r.Created) || !bytes.Equal(encodeRecord(again), enc) {
+			t.Fatalf("round trip of %q: %+v then %+v", b, r, again)
+		}
+	})
+}
+
+func FuzzAddrKey(f *testing.F) {
+	const pfx = "/p/v1/ips/"
+	for _, s := range []string{"10.0.0.1", "0.0.0.0", "255.255.255.255", "2001:db8::1", "::", "::ffff:10.0.0.1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"} {
+		f.Add(pfx + addrSuffix(netip.MustParseAddr(s)))
+	}
+	f.Add(pfx + "4/0A000001")
+	f.Add(pfx + "4/0a00000")
+	f.Add(pfx + "5/0a000001")
+	f.Add(pfx + "6/")
+	f.Add("/elsewhere/4/0a000001")
+	f.Fuzz(func(t *testing.T, key string) {
+		a, err := addrFromKey(key, pfx)
+		if err != nil {
+			checkCorrupt(t, err, key)
+			return
+		}
+		if got := pfx + addrSuffix(a); got != key {
+			t.Fatalf("key %q decodes to %s, which encodes to %q", key, a, got)
+		}
+	})
+}
+
+func TestEscapeIsInjective(t *testing.T) {
+	seen := map[string]string{}
+	for _, s := range []string{"", "a", "a/b", "a%2Fb", "a%252Fb", "é", "%", "/", "%25", "A", "a-b.c_d~e"} {
+		e := escape(s)
+		if strings.Contains(e, "/") {
+			t.Fatalf("escape(%q) = %q holds a slash", s, e)
+		}
+		if prev, ok := seen[e]; ok {
+			t.Fatalf("escape(%q) = escape(%q) = %q", s, prev, e)
+		}
+		seen[e] = s
+	}
+}

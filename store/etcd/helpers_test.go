@@ -1,0 +1,205 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store"
+)
+
+// model is a Watcher that keeps the state it was told, and notes any event
+// that goes back in revision.
+type model struct {
+	mu       sync.Mutex
+	resets   int
+	rev      int64
+	cidrs    map[string]cidrset.CIDR
+	addrs    map[netip.Addr]bool
+	backward []string
+}
+
+func newModel() *model { return &model{cidrs: map[string]cidrset.CIDR{}, addrs: map[netip.Addr]bool{}} }
+
+func (m *model) Reset(s store.Snapshot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.resets++
+	m.rev = s.Revision
+	clear(m.cidrs)
+	clear(m.addrs)
+	for _, c := range s.CIDRs {
+		m.cidrs[c.Name] = c
+	}
+	for _, a := range s.Addrs {
+		m.addrs[a] = true
+	}
+}
+
+func (m *model) Apply(e store.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Revision < m.rev {
+		m.backward = append(m.backward, fmt.Sprintf("event at %d after %d", e.Revision, m.rev))
+	}
+	m.rev = e.Revision
+	switch e.Kind {
+	case store.CIDRPut:
+		m.cidrs[e.CIDR.Name] = e.CIDR
+	case store.CIDRDeleted:
+		delete(m.cidrs, e.CIDR.Name)
+	case store.AddressPut:
+		m.addrs[e.Address.Addr] = true
+	case store.AddressDeleted:
+		delete(m.addrs, e.Address.Addr)
+	}
+}
+
+// state returns the model's CIDR names (with revisions) and addresses, sorted.
+func (m *model) state() (resets int, cidrs []string, addrs []netip.Addr) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for n, c := range m.cidrs {
+		cidrs = append(cidrs, fmt.Sprintf("%s@%d", n, c.Revision))
+	}
+	for a := range m.addrs {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(cidrs)
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return m.resets, cidrs, addrs
+}
+
+// storeState reads the same from the store.
+func storeState(t *testing.T, ctx context.Context, s *Store) (cidrs []string, addrs []netip.Addr) {
+	t.Helper()
+	snap, err := s.snapshot(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range snap.CIDRs {
+		cidrs = append(cidrs, fmt.Sprintf("%s@%d", c.Name, c.Revision))
+	}
+	addrs = snap.Addrs
+	slices.Sort(cidrs)
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return cidrs, addrs
+}
+
+// eventually retries cond until it holds or 30 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// errLog collects errors from a store's error handler.
+type errLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errLog) add(err error) {
+	l.mu.Lock()
+	l.errs = append(l.errs, err)
+	l.mu.Unlock()
+}
+
+func (l *errLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.errs)
+}
+
+// tcpProxy forwards loopback TCP connections to target and can cut them all
+// and refuse new ones for a while, as a network partition between a client
+// and its member would.
+type tcpProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	paused bool
+	conns  map[net.Conn]struct{}
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.Pause()
+	})
+	go p.serve()
+	return p
+}
+
+func (p *tcpProxy) Addr() string { return p.l.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		paused := p.paused
+		p.mu.Unlock()
+		if paused {
+			_ = c.Close()
+			continue
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go p.pipe(c, u)
+		go p.pipe(u, c)
+	}
+}
+
+func (p *tcpProxy) pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// Pause cuts every connection and refuses new ones until Resume.
+func (p *tcpProxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Resume accepts connections again.
+func (p *tcpProxy) Resume() {
+	p.mu.Lock()
+	p.paused = false
+	p.mu.Unlock()
+}
