@@ -47,9 +47,9 @@ var _ store.Store = (*Store)(nil)
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		now:      time.Now,
-		cidrs:    make(map[string]cidrset.CIDR),
-		addrs:    newRecords(),
+		now:   time.Now,
+		cidrs: make(map[string]cidrset.CIDR),
+		addrs: newRecords(),
 	}
 	for _, o := range opts {
 		o(s)
