@@ -1,0 +1,123 @@
+package runset
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/netipam/netipam/internal/u128"
+)
+
+const million = 1_000_000
+
+// scattered returns n sorted distinct random values of a /64-sized space,
+// almost never adjacent, so that each one is a run of its own.
+func scattered(n int, seed uint64) []u128.U128 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	seen := make(map[uint64]bool, n)
+	out := make([]u128.U128, 0, n)
+	for len(out) < n {
+		x := r.Uint64()
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, u128.U128{Hi: 0x20010db800000000, Lo: x})
+		}
+	}
+	slices.SortFunc(out, u128.U128.Cmp)
+	return out
+}
+
+// randoms returns a ring of random probe values, drawn before the timer
+// starts so that the loop measures the set only.
+func randoms(n int, f func(r *rand.Rand) u128.U128) []u128.U128 {
+	r := rand.New(rand.NewPCG(7, 8))
+	out := make([]u128.U128, n)
+	for i := range out {
+		out[i] = f(r)
+	}
+	return out
+}
+
+// BenchmarkAddRemove adds then removes a random value in a set of 1M
+// scattered runs (a new run each time, so both operations restructure).
+func BenchmarkAddRemove(b *testing.B) {
+	var s Set
+	if err := s.Reset(scattered(million, 1)); err != nil {
+		b.Fatal(err)
+	}
+	xs := randoms(1<<16, func(r *rand.Rand) u128.U128 { return u128.U128{Hi: 0x20010db800000000, Lo: r.Uint64()} })
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		x := xs[i&(len(xs)-1)]
+		added := s.Add(x)
+		if added {
+			s.Remove(x)
+		}
+	}
+}
+
+// BenchmarkContains probes random values in a set of 1M scattered runs.
+func BenchmarkContains(b *testing.B) {
+	var s Set
+	vals := scattered(million, 1)
+	if err := s.Reset(vals); err != nil {
+		b.Fatal(err)
+	}
+	xs := randoms(1<<16, func(r *rand.Rand) u128.U128 { return vals[r.IntN(len(vals))] })
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if !s.Contains(xs[i&(len(xs)-1)]) {
+			b.Fatal("missing")
+		}
+	}
+}
+
+// BenchmarkNextFreeFull looks for a free value from a random point of a
+// 1M-value range that is 99.99% used: one run broken by 100 holes.
+func BenchmarkNextFreeFull(b *testing.B) {
+	var s Set
+	s.AddRange(u128.From64(0), u128.From64(million-1))
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 100 {
+		s.Remove(u128.From64(r.Uint64N(million)))
+	}
+	xs := randoms(1<<16, func(r *rand.Rand) u128.U128 { return u128.From64(r.Uint64N(million)) })
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, ok := s.NextFree(xs[i&(len(xs)-1)], u128.Max); !ok {
+			b.Fatal("full")
+		}
+	}
+}
+
+// BenchmarkReset1M is the allocator's cold start over 1M stored addresses,
+// scattered (1M runs, the worst case) or contiguous (one run).
+func BenchmarkReset1M(b *testing.B) {
+	contiguous := make([]u128.U128, million)
+	for i := range contiguous {
+		contiguous[i] = u128.From64(uint64(i))
+	}
+	for _, bc := range []struct {
+		name string
+		vals []u128.U128
+	}{{"scattered", scattered(million, 2)}, {"contiguous", contiguous}} {
+		b.Run(bc.name, func(b *testing.B) {
+			if b.N > 1000 {
+				// A fixed -benchtime such as 200000x, meant for the
+				// per-value benchmarks, would take hours here.
+				b.Skipf("%d resets of 1M values is too many; use e.g. -benchtime 20x", b.N)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				var s Set
+				if err := s.Reset(bc.vals); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,729 @@
+// Package runset is an ordered set of 128-bit values stored as maximal runs
+// of consecutive values. It is the free-space index of the address allocator:
+// a value is an address number and the set holds the used addresses, so its
+// memory grows with the number of runs, never with the numeric size of a range.
+//
+// The runs live in a B+tree keyed by run start. Leaves hold sorted arrays of
+// runs and inner nodes hold, for each child, the smallest run start in that
+// child's subtree. Every lookup is one descent of a few wide nodes, so it costs
+// O(log n) with few cache misses even at ten million runs, and the hot paths
+// (Add, Remove, Contains, NextFree) neither recurse nor allocate except when a
+// node splits.
+//
+// Deletion removes only empty nodes and never rebalances under-full ones:
+// rebalancing would add code and work to every Remove for little gain, since an
+// allocator's free-space index mostly grows. The price is that the height is
+// bounded by about log_32 of the number of run insertions since the last Reset
+// (a split needs that many), not of the current size: churn can leave a tall
+// tree of sparse nodes. With the default node sizes that is at most 13 levels
+// even after 2^64 insertions, and Reset rebuilds a compact tree.
+package runset
+
+import (
+	"errors"
+	"iter"
+
+	"github.com/netipam/netipam/internal/u128"
+)
+
+// Node capacities. Both node types then take 2024-2032 bytes, just under the
+// 2048-byte allocation size class, so no memory is lost to rounding.
+const (
+	leafCap  = 63
+	innerCap = 63
+	// maxDepth bounds the number of inner levels a cursor records. A leaf
+	// split takes about leafMax/2 insertions and each level up splits about
+	// innerMax/2 times less often than the one below, so with the real sizes
+	// 2^64 insertions reach 13 levels, and the tests' 2-entry nodes stay far
+	// below 40 too. Exceeding it panics rather than corrupting the tree.
+	maxDepth = 40
+)
+
+// leafMax and innerMax are the split thresholds. They are variables only so
+// that tests can use tiny nodes and get deep trees from a handful of runs;
+// they must stay within [2, leafCap] and [2, innerCap], and must not change
+// while a Set holds values.
+var (
+	leafMax  = leafCap
+	innerMax = innerCap
+)
+
+// leaf holds runs [starts[i], ends[i]] for i < n, sorted by start. Starts and
+// ends are separate arrays so that the binary search over starts touches half
+// as many cache lines.
+type leaf struct {
+	n      int
+	starts [leafCap]u128.U128
+	ends   [leafCap]u128.U128
+}
+
+// inner is an interior node. keys[i] is the smallest run start in the subtree
+// of child i (kept exact for every i, including 0, so that a split or a root
+// change can hand the key up without a descent). Children are leaves when
+// leafKids is set, else inner nodes; only the matching array is used.
+type inner struct {
+	n        int
+	leafKids bool
+	keys     [innerCap]u128.U128
+	kids     [innerCap]*inner
+	leaves   [innerCap]*leaf
+}
+
+// Set is an ordered set of u128.U128 values stored as maximal disjoint runs:
+// consecutive runs never overlap nor touch (next.start > prev.end+1), so the
+// value just after a run is always absent from the set.
+//
+// The zero value is an empty set ready to use. A Set must not be copied after
+// first use (copies would share nodes); use Clone. It is not safe for
+// concurrent use: callers lock.
+type Set struct {
+	height int       // number of inner levels; 0 means the root is leaf
+	root   *inner    // root when height > 0
+	leaf   *leaf     // root when height == 0; nil until the first insertion
+	runs   int       // number of runs
+	n      u128.U128 // number of values, modulo 2^128
+	gen    uint64    // bumped by every mutation, so Ranges notices them
+}
+
+// frame is one step of a descent: node and the index of the child taken.
+type frame struct {
+	n *inner
+	i int
+}
+
+// cursor is the position of a run together with the path leading to it, so
+// that neighbouring leaves and the separators above can be updated in place.
+// It lives on the caller's stack.
+type cursor struct {
+	depth int
+	path  [maxDepth]frame
+	lf    *leaf
+	i     int // run index in lf; -1 when the position precedes the leaf's first run
+}
+
+// find returns the index of the last key in keys[1:n] that is <= x, or 0.
+// keys[0] is not compared: child 0 also takes values below the node's minimum.
+func (n *inner) find(x u128.U128) int {
+	lo, hi := 1, n.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if x.Less(n.keys[m]) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo - 1
+}
+
+// find returns the index of the last run whose start is <= x, or -1.
+func (l *leaf) find(x u128.U128) int {
+	lo, hi := 0, l.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if x.Less(l.starts[m]) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo - 1
+}
+
+func (l *leaf) insert(j int, start, end u128.U128) {
+	copy(l.starts[j+1:l.n+1], l.starts[j:l.n])
+	copy(l.ends[j+1:l.n+1], l.ends[j:l.n])
+	l.starts[j], l.ends[j] = start, end
+	l.n++
+}
+
+// cut deletes runs [a, b).
+func (l *leaf) cut(a, b int) {
+	copy(l.starts[a:], l.starts[b:l.n])
+	copy(l.ends[a:], l.ends[b:l.n])
+	l.n -= b - a
+}
+
+func (n *inner) insertChild(j int, key u128.U128, kid *inner, lf *leaf) {
+	copy(n.keys[j+1:n.n+1], n.keys[j:n.n])
+	n.keys[j] = key
+	if n.leafKids {
+		copy(n.leaves[j+1:n.n+1], n.leaves[j:n.n])
+		n.leaves[j] = lf
+	} else {
+		copy(n.kids[j+1:n.n+1], n.kids[j:n.n])
+		n.kids[j] = kid
+	}
+	n.n++
+}
+
+func (n *inner) removeChild(j int) {
+	copy(n.keys[j:], n.keys[j+1:n.n])
+	n.n--
+	// Clear the vacated slot so that the node does not keep garbage alive.
+	if n.leafKids {
+		copy(n.leaves[j:], n.leaves[j+1:n.n+1])
+		n.leaves[n.n] = nil
+	} else {
+		copy(n.kids[j:], n.kids[j+1:n.n+1])
+		n.kids[n.n] = nil
+	}
+}
+
+// locate returns the leaf that holds the last run starting at or before x,
+// and that run's index (-1 if x precedes every run). The set must be non-empty.
+// Exact keys make the answer always lie in the leaf reached by the descent.
+func (s *Set) locate(x u128.U128) (*leaf, int) {
+	if s.height == 0 {
+		return s.leaf, s.leaf.find(x)
+	}
+	n := s.root
+	for !n.leafKids {
+		n = n.kids[n.find(x)]
+	}
+	l := n.leaves[n.find(x)]
+	return l, l.find(x)
+}
+
+// seek positions c like locate, recording the path.
+func (c *cursor) seek(s *Set, x u128.U128) {
+	c.depth = s.height
+	if s.height == 0 {
+		c.lf = s.leaf
+	} else {
+		n := s.root
+		for d := 0; ; d++ {
+			i := n.find(x)
+			c.path[d] = frame{n, i}
+			if n.leafKids {
+				c.lf = n.leaves[i]
+				break
+			}
+			n = n.kids[i]
+		}
+	}
+	c.i = c.lf.find(x)
+}
+
+// copyFrom copies only the used part of the path, which is much shorter than
+// maxDepth.
+func (c *cursor) copyFrom(o *cursor) {
+	c.depth, c.lf, c.i = o.depth, o.lf, o.i
+	copy(c.path[:o.depth], o.path[:o.depth])
+}
+
+// nextLeaf moves c to the first run of the following leaf, if any.
+func (c *cursor) nextLeaf() bool {
+	d := c.depth - 1
+	for d >= 0 && c.path[d].i+1 >= c.path[d].n.n {
+		d--
+	}
+	if d < 0 {
+		return false
+	}
+	c.path[d].i++
+	for ; d < c.depth-1; d++ {
+		c.path[d+1] = frame{c.path[d].n.kids[c.path[d].i], 0}
+	}
+	f := c.path[c.depth-1]
+	c.lf, c.i = f.n.leaves[f.i], 0
+	return true
+}
+
+// next moves c to the following run, if any.
+func (c *cursor) next() bool {
+	if c.i+1 < c.lf.n {
+		c.i++
+		return true
+	}
+	return c.nextLeaf()
+}
+
+// first positions c at the first run that ends at or after x, if any.
+func (c *cursor) first(s *Set, x u128.U128) bool {
+	if s.runs == 0 {
+		return false
+	}
+	c.seek(s, x)
+	if c.i >= 0 && !c.lf.ends[c.i].Less(x) {
+		return true
+	}
+	return c.next()
+}
+
+// fixMin records that the node at the given depth of c's path (depth c.depth
+// is the leaf) now has minimum start m: the key naming it in its parent
+// changes, and so on upwards while the node is its parent's first child.
+func (c *cursor) fixMin(depth int, m u128.U128) {
+	for d := depth - 1; d >= 0; d-- {
+		f := c.path[d]
+		f.n.keys[f.i] = m
+		if f.i != 0 {
+			return
+		}
+	}
+}
+
+// insertAt inserts run [start, end] at index j of c's leaf, splitting nodes
+// upwards as needed. c is stale afterwards.
+func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) {
+	s.runs++
+	l := c.lf
+	if l.n < leafMax {
+		l.insert(j, start, end)
+		if j == 0 {
+			c.fixMin(c.depth, start)
+		}
+		return
+	}
+	r := new(leaf)
+	h := (l.n + 1) / 2
+	r.n = copy(r.starts[:], l.starts[h:l.n])
+	copy(r.ends[:], l.ends[h:l.n])
+	l.n = h
+	if j <= h {
+		l.insert(j, start, end)
+		if j == 0 {
+			c.fixMin(c.depth, start)
+		}
+	} else {
+		r.insert(j-h, start, end)
+	}
+	s.addChild(c, c.depth-1, r.starts[0], nil, r)
+}
+
+// addChild inserts a new child (kid or lf) with minimum key just after the
+// child taken by c at depth d, splitting inner nodes upwards as needed.
+func (s *Set) addChild(c *cursor, d int, key u128.U128, kid *inner, lf *leaf) {
+	for ; d >= 0; d-- {
+		p, j := c.path[d].n, c.path[d].i+1
+		if p.n < innerMax {
+			p.insertChild(j, key, kid, lf)
+			return
+		}
+		q := &inner{leafKids: p.leafKids}
+		h := (p.n + 1) / 2
+		q.n = copy(q.keys[:], p.keys[h:p.n])
+		if p.leafKids {
+			copy(q.leaves[:], p.leaves[h:p.n])
+			clear(p.leaves[h:p.n])
+		} else {
+			copy(q.kids[:], p.kids[h:p.n])
+			clear(p.kids[h:p.n])
+		}
+		p.n = h
+		// j >= 1, so q never receives a child at index 0 and q.keys[0]
+		// stays the minimum of q's subtree.
+		if j <= h {
+			p.insertChild(j, key, kid, lf)
+		} else {
+			q.insertChild(j-h, key, kid, lf)
+		}
+		key, kid, lf = q.keys[0], q, nil
+	}
+	// The root split: grow a new root above it.
+	if s.height+1 > maxDepth {
+		panic("runset: tree too deep")
+	}
+	r := &inner{n: 2, keys: [innerCap]u128.U128{1: key}}
+	if s.height == 0 {
+		r.leafKids = true
+		r.keys[0] = s.leaf.starts[0]
+		r.leaves[0], r.leaves[1] = s.leaf, lf
+		s.leaf = nil
+	} else {
+		r.keys[0] = s.root.keys[0]
+		r.kids[0], r.kids[1] = s.root, kid
+	}
+	s.root = r
+	s.height++
+}
+
+// removeLeaf unlinks c's (empty) leaf, then every ancestor left empty, then
+// shrinks the root while it has a single child. c is stale afterwards.
+func (s *Set) removeLeaf(c *cursor) {
+	if s.height == 0 {
+		return // the root leaf stays, empty
+	}
+	for d := c.depth - 1; d >= 0; d-- {
+		f := c.path[d]
+		f.n.removeChild(f.i)
+		if f.n.n > 0 {
+			if f.i == 0 {
+				c.fixMin(d, f.n.keys[0])
+			}
+			break
+		}
+	}
+	for s.height > 0 && s.root.n == 1 {
+		if s.root.leafKids {
+			s.leaf = s.root.leaves[0]
+			s.root = nil
+		} else {
+			s.root = s.root.kids[0]
+		}
+		s.height--
+	}
+}
+
+// Len returns the number of values in the set. It is exact below 2^128: a set
+// holding all 2^128 values reports 0, like the empty set (Runs tells them
+// apart: 1 against 0). O(1).
+func (s *Set) Len() u128.U128 { return s.n }
+
+// Runs returns the number of maximal runs of consecutive values. O(1).
+func (s *Set) Runs() int { return s.runs }
+
+// Contains reports whether x is in the set. O(log n), no allocation.
+func (s *Set) Contains(x u128.U128) bool {
+	if s.runs == 0 {
+		return false
+	}
+	l, i := s.locate(x)
+	return i >= 0 && !l.ends[i].Less(x)
+}
+
+// RunAt returns the maximal run [start, end] containing x, and ok=false if x
+// is not in the set.
+func (s *Set) RunAt(x u128.U128) (start, end u128.U128, ok bool) {
+	if s.runs == 0 {
+		return
+	}
+	l, i := s.locate(x)
+	if i < 0 || l.ends[i].Less(x) {
+		return
+	}
+	return l.starts[i], l.ends[i], true
+}
+
+// NextFree returns the smallest value v with from <= v <= to that is not in
+// the set, and true; or false if every value of [from, to] is in the set or
+// from > to. O(log n), no allocation: runs are maximal, so the value after the
+// run holding from is free, and no scan is needed.
+func (s *Set) NextFree(from, to u128.U128) (u128.U128, bool) {
+	if to.Less(from) {
+		return u128.U128{}, false
+	}
+	if s.runs == 0 {
+		return from, true
+	}
+	l, i := s.locate(from)
+	if i < 0 || l.ends[i].Less(from) {
+		return from, true
+	}
+	e := l.ends[i]
+	if e == u128.Max || !e.Less(to) {
+		return u128.U128{}, false
+	}
+	return e.Inc(), true
+}
+
+// Count returns how many values of the set lie in [lo, hi] (0 if lo > hi),
+// modulo 2^128 like Len. O(log n + runs in range).
+func (s *Set) Count(lo, hi u128.U128) u128.U128 {
+	var sum u128.U128
+	if hi.Less(lo) {
+		return sum
+	}
+	var c cursor
+	for ok := c.first(s, lo); ok && !hi.Less(c.lf.starts[c.i]); ok = c.next() {
+		a, b := u128.MaxOf(c.lf.starts[c.i], lo), u128.Min(c.lf.ends[c.i], hi)
+		sum = sum.Add(b.Sub(a).Inc())
+	}
+	return sum
+}
+
+// Ranges yields, in ascending order, every run of the set intersected with
+// [lo, hi] (so the first and last may be clipped); nothing if lo > hi.
+// O(log n + runs yielded). The set may be modified by the loop body: the
+// iteration then resumes after the last yielded value, in the modified set.
+func (s *Set) Ranges(lo, hi u128.U128) iter.Seq2[u128.U128, u128.U128] {
+	return func(yield func(u128.U128, u128.U128) bool) {
+		if hi.Less(lo) {
+			return
+		}
+		var c cursor
+		for ok := c.first(s, lo); ok && !hi.Less(c.lf.starts[c.i]); {
+			a, b := u128.MaxOf(c.lf.starts[c.i], lo), u128.Min(c.lf.ends[c.i], hi)
+			gen := s.gen
+			if !yield(a, b) || b == hi {
+				return
+			}
+			if s.gen != gen {
+				// The path may be stale: find the place again.
+				lo = b.Inc()
+				ok = c.first(s, lo)
+			} else {
+				ok = c.next()
+			}
+		}
+	}
+}
+
+// Add adds x and reports whether it was absent. It merges x with the runs on
+// either side, so runs stay maximal. O(log n), no allocation unless a node
+// splits (or on the first insertion into a zero Set).
+func (s *Set) Add(x u128.U128) bool { return !s.AddRange(x, x).IsZero() }
+
+// AddRange adds every value of [lo, hi] and returns how many were absent
+// (modulo 2^128: adding all of [0, Max] to an empty set returns 0). It does
+// nothing and returns 0 if lo > hi. All runs overlapping or touching the range
+// merge into one. O(log n + runs absorbed).
+func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
+	if hi.Less(lo) {
+		return u128.U128{}
+	}
+	s.gen++
+	added := hi.Sub(lo).Inc()
+	if s.runs == 0 {
+		if s.leaf == nil {
+			s.leaf = new(leaf)
+		}
+		s.leaf.starts[0], s.leaf.ends[0], s.leaf.n = lo, hi, 1
+		s.runs, s.n = 1, added
+		return added
+	}
+	// touches reports whether a run starting at start merges with [.., hi].
+	touches := func(start u128.U128) bool { return hi == u128.Max || !hi.Inc().Less(start) }
+
+	var c cursor
+	c.seek(s, lo)
+	l, j := c.lf, c.i
+	if j < 0 || (!lo.IsZero() && l.ends[j].Less(lo.Dec())) {
+		// The run before lo, if any, does not reach it: the first run to
+		// merge is the next one, possibly in the next leaf.
+		j++
+		if j == l.n {
+			var c2 cursor
+			c2.copyFrom(&c)
+			if c2.nextLeaf() && touches(c2.lf.starts[0]) {
+				c.copyFrom(&c2)
+				l, j = c.lf, 0
+			}
+		}
+		if j == l.n || !touches(l.starts[j]) {
+			s.insertAt(&c, j, lo, hi)
+			s.n = s.n.Add(added)
+			return added
+		}
+	}
+	// Run j merges with [lo, hi]; grow it over every following run that does.
+	added = added.Sub(overlap(l.starts[j], l.ends[j], lo, hi))
+	end := u128.MaxOf(l.ends[j], hi)
+	if lo.Less(l.starts[j]) {
+		l.starts[j] = lo
+		if j == 0 {
+			c.fixMin(c.depth, lo)
+		}
+	}
+	for {
+		k := j + 1
+		for ; k < l.n && touches(l.starts[k]); k++ {
+			added = added.Sub(overlap(l.starts[k], l.ends[k], lo, hi))
+			end = u128.MaxOf(end, l.ends[k])
+		}
+		if k > j+1 {
+			l.cut(j+1, k)
+			s.runs -= k - j - 1
+		}
+		if j+1 < l.n {
+			break // the next run does not touch
+		}
+		var c2 cursor
+		c2.copyFrom(&c)
+		if !c2.nextLeaf() {
+			break
+		}
+		l2 := c2.lf
+		m := 0
+		for ; m < l2.n && touches(l2.starts[m]); m++ {
+			added = added.Sub(overlap(l2.starts[m], l2.ends[m], lo, hi))
+			end = u128.MaxOf(end, l2.ends[m])
+		}
+		if m == 0 {
+			break
+		}
+		s.runs -= m
+		if m < l2.n {
+			l2.cut(0, m)
+			c2.fixMin(c2.depth, l2.starts[0])
+			break
+		}
+		// The whole next leaf merged: drop it, find our run again (its leaf
+		// and index are unchanged, but the path may not be), go on.
+		l2.n = 0
+		s.removeLeaf(&c2)
+		c.seek(s, l.starts[j])
+		l, j = c.lf, c.i
+	}
+	l.ends[j] = end
+	s.n = s.n.Add(added)
+	return added
+}
+
+// overlap returns the size of [a, b] ∩ [lo, hi], which must not be empty
+// unless the two merely touch (then 0).
+func overlap(a, b, lo, hi u128.U128) u128.U128 {
+	a, b = u128.MaxOf(a, lo), u128.Min(b, hi)
+	if b.Less(a) {
+		return u128.U128{}
+	}
+	return b.Sub(a).Inc()
+}
+
+// Remove removes x and reports whether it was present. Removing a value
+// inside a run splits it in two. O(log n), no allocation unless that split
+// overflows a node.
+func (s *Set) Remove(x u128.U128) bool {
+	if s.runs == 0 {
+		return false
+	}
+	var c cursor
+	c.seek(s, x)
+	l, i := c.lf, c.i
+	if i < 0 || l.ends[i].Less(x) {
+		return false
+	}
+	s.gen++
+	s.n = s.n.Dec()
+	start, end := l.starts[i], l.ends[i]
+	switch {
+	case start == x && end == x:
+		l.cut(i, i+1)
+		s.runs--
+		if l.n == 0 {
+			s.removeLeaf(&c)
+		} else if i == 0 {
+			c.fixMin(c.depth, l.starts[0])
+		}
+	case start == x:
+		l.starts[i] = x.Inc()
+		if i == 0 {
+			c.fixMin(c.depth, l.starts[i])
+		}
+	case end == x:
+		l.ends[i] = x.Dec()
+	default:
+		l.ends[i] = x.Dec()
+		s.insertAt(&c, i+1, x.Inc(), end)
+	}
+	return true
+}
+
+// ErrNotSorted is returned by Reset when its input is not strictly ascending.
+var ErrNotSorted = errors.New("runset: values not sorted ascending and unique")
+
+// Reset replaces the contents with the given values, which must be sorted
+// ascending without duplicates; otherwise it returns ErrNotSorted and leaves
+// the set unchanged. It builds the tree bottom-up in O(n), filling nodes to
+// three quarters so that the first insertions after a cold start rarely split.
+func (s *Set) Reset(sorted []u128.U128) error {
+	runs := 0
+	for i, v := range sorted {
+		if i > 0 {
+			p := sorted[i-1]
+			if !p.Less(v) {
+				return ErrNotSorted
+			}
+			if v == p.Inc() {
+				continue
+			}
+		}
+		runs++
+	}
+	gen := s.gen + 1
+	*s = Set{gen: gen, runs: runs, n: u128.From64(uint64(len(sorted)))}
+	if runs == 0 {
+		return nil
+	}
+	fill := max(1, leafMax-leafMax/4)
+	nl := (runs + fill - 1) / fill
+	// Leaves are allocated one by one rather than as one slab so that a leaf
+	// emptied later is freed instead of pinning the whole slab.
+	leaves := make([]*leaf, nl)
+	v := 0
+	for k := range leaves {
+		l := new(leaf)
+		for want := share(runs, nl, k); l.n < want; l.n++ {
+			start := sorted[v]
+			for v++; v < len(sorted) && sorted[v] == sorted[v-1].Inc(); v++ {
+			}
+			l.starts[l.n], l.ends[l.n] = start, sorted[v-1]
+		}
+		leaves[k] = l
+	}
+	if nl == 1 {
+		s.leaf = leaves[0]
+		return nil
+	}
+	// Build the level above the leaves, then levels above that until one
+	// node remains; a level of two or more nodes yields a root with at least
+	// two children.
+	ifill := max(2, innerMax-innerMax/4)
+	level := group(nl, ifill, func(p *inner, c int) {
+		p.leafKids = true
+		p.leaves[p.n], p.keys[p.n] = leaves[c], leaves[c].starts[0]
+	})
+	s.height = 1
+	for len(level) > 1 {
+		kids := level
+		level = group(len(kids), ifill, func(p *inner, c int) {
+			p.kids[p.n], p.keys[p.n] = kids[c], kids[c].keys[0]
+		})
+		s.height++
+	}
+	s.root = level[0]
+	return nil
+}
+
+// share returns how many of n items part k of parts gets when they are spread
+// evenly: never 0 when parts <= n, and never more than ceil(n/parts).
+func share(n, parts, k int) int {
+	if k < n%parts {
+		return n/parts + 1
+	}
+	return n / parts
+}
+
+// group makes ceil(n/fill) inner nodes over n children, spread evenly;
+// add(p, c) stores child c at index p.n of p.
+func group(n, fill int, add func(p *inner, c int)) []*inner {
+	out := make([]*inner, (n+fill-1)/fill)
+	c := 0
+	for k := range out {
+		p := new(inner)
+		for want := share(n, len(out), k); p.n < want; p.n++ {
+			add(p, c)
+			c++
+		}
+		out[k] = p
+	}
+	return out
+}
+
+// Clone returns an independent deep copy of the set. O(n).
+func (s *Set) Clone() *Set {
+	c := &Set{height: s.height, runs: s.runs, n: s.n}
+	if s.leaf != nil {
+		l := *s.leaf
+		c.leaf = &l
+	}
+	if s.root != nil {
+		c.root = cloneInner(s.root)
+	}
+	return c
+}
+
+// cloneInner copies a subtree; its recursion depth is the tree height.
+func cloneInner(n *inner) *inner {
+	m := &inner{n: n.n, leafKids: n.leafKids, keys: n.keys}
+	for i := range n.n {
+		if n.leafKids {
+			l := *n.leaves[i]
+			m.leaves[i] = &l
+		} else {
+			m.kids[i] = cloneInner(n.kids[i])
+		}
+	}
+	return m
+}

@@ -1,0 +1,719 @@
+package runset
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/netipam/netipam/internal/u128"
+	"pgregory.net/rapid"
+)
+
+var (
+	top   = u128.Max
+	two64 = u128.U128{Hi: 1}
+)
+
+func v(x uint64) u128.U128 { return u128.From64(x) }
+
+// check walks the whole tree and validates every invariant: leaves all at
+// the same depth, no empty node (except an empty root leaf), runs sorted,
+// disjoint and non-adjacent across leaves, exact minimum keys in inner nodes,
+// no single-child root, and the maintained Runs and Len.
+func (s *Set) check() error {
+	var (
+		runs    int
+		n       u128.U128
+		prevEnd u128.U128
+		have    bool
+	)
+	visitLeaf := func(l *leaf) error {
+		for i := range l.n {
+			a, b := l.starts[i], l.ends[i]
+			if b.Less(a) {
+				return fmt.Errorf("run [%v, %v] reversed", a, b)
+			}
+			if have && (prevEnd == u128.Max || !prevEnd.Inc().Less(a)) {
+				return fmt.Errorf("run [%v, %v] overlaps or touches previous end %v", a, b, prevEnd)
+			}
+			prevEnd, have = b, true
+			runs++
+			n = n.Add(b.Sub(a).Inc())
+		}
+		return nil
+	}
+	var walk func(p *inner, depth int) error
+	walk = func(p *inner, depth int) error {
+		if p.n < 1 || (depth == 0 && p.n < 2) {
+			return fmt.Errorf("inner node at depth %d has %d children", depth, p.n)
+		}
+		if p.leafKids != (depth == s.height-1) {
+			return fmt.Errorf("leafKids=%v at depth %d of %d", p.leafKids, depth, s.height)
+		}
+		for i := range p.n {
+			if p.leafKids {
+				l := p.leaves[i]
+				if l.n == 0 {
+					return fmt.Errorf("empty leaf under depth %d", depth)
+				}
+				if p.keys[i] != l.starts[0] {
+					return fmt.Errorf("key %v != leaf min %v", p.keys[i], l.starts[0])
+				}
+				if err := visitLeaf(l); err != nil {
+					return err
+				}
+			} else {
+				k := p.kids[i]
+				if p.keys[i] != k.keys[0] {
+					return fmt.Errorf("key %v != child min %v at depth %d", p.keys[i], k.keys[0], depth)
+				}
+				if err := walk(k, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	switch {
+	case s.height == 0 && s.root != nil:
+		return errors.New("height 0 with inner root")
+	case s.height > 0 && (s.root == nil || s.leaf != nil):
+		return errors.New("height > 0 without inner root, or with root leaf")
+	case s.height == 0 && s.leaf != nil:
+		if err := visitLeaf(s.leaf); err != nil {
+			return err
+		}
+	case s.height > 0:
+		if err := walk(s.root, 0); err != nil {
+			return err
+		}
+	}
+	if runs != s.runs {
+		return fmt.Errorf("Runs()=%d, tree has %d", s.runs, runs)
+	}
+	if n != s.n {
+		return fmt.Errorf("Len()=%v, tree has %v", s.n, n)
+	}
+	return nil
+}
+
+type rng = [2]u128.U128
+
+func ranges(s *Set, lo, hi u128.U128) []rng {
+	var out []rng
+	for a, b := range s.Ranges(lo, hi) {
+		out = append(out, rng{a, b})
+	}
+	return out
+}
+
+func mustCheck(t testing.TB, s *Set) {
+	t.Helper()
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestZeroValue(t *testing.T) {
+	var s Set
+	mustCheck(t, &s)
+	if s.Contains(v(0)) || s.Contains(top) || !s.Len().IsZero() || s.Runs() != 0 {
+		t.Fatal("zero Set not empty")
+	}
+	if got, ok := s.NextFree(top, top); !ok || got != top {
+		t.Fatalf("NextFree on empty = %v, %v", got, ok)
+	}
+	if _, _, ok := s.RunAt(v(5)); ok {
+		t.Fatal("RunAt on empty")
+	}
+	if s.Remove(v(0)) || !s.Count(v(0), top).IsZero() || ranges(&s, v(0), top) != nil {
+		t.Fatal("empty set reports content")
+	}
+	c := s.Clone()
+	mustCheck(t, c)
+}
+
+func TestEdges(t *testing.T) {
+	type op func(s *Set) bool
+	add := func(x u128.U128) op { return func(s *Set) bool { return s.Add(x) } }
+	rem := func(x u128.U128) op { return func(s *Set) bool { return s.Remove(x) } }
+	addr := func(lo, hi u128.U128, want u128.U128) op {
+		return func(s *Set) bool { return s.AddRange(lo, hi) == want }
+	}
+	tests := []struct {
+		name string
+		ops  []op
+		want []rng
+		len  u128.U128
+	}{
+		{"zero", []op{add(v(0))}, []rng{{v(0), v(0)}}, v(1)},
+		{"top", []op{add(top)}, []rng{{top, top}}, v(1)},
+		{"zero and top stay apart", []op{add(v(0)), add(top)}, []rng{{v(0), v(0)}, {top, top}}, v(2)},
+		{"duplicate", []op{add(v(7)), func(s *Set) bool { return !s.Add(v(7)) }}, []rng{{v(7), v(7)}}, v(1)},
+		{"merge left", []op{add(v(5)), add(v(6))}, []rng{{v(5), v(6)}}, v(2)},
+		{"merge right", []op{add(v(6)), add(v(5))}, []rng{{v(5), v(6)}}, v(2)},
+		{"merge both", []op{add(v(5)), add(v(7)), add(v(6))}, []rng{{v(5), v(7)}}, v(3)},
+		{"merge both at zero", []op{add(v(0)), add(v(2)), add(v(1))}, []rng{{v(0), v(2)}}, v(3)},
+		{"merge both at top", []op{add(top), add(top.Sub64(2)), add(top.Dec())}, []rng{{top.Sub64(2), top}}, v(3)},
+		{"merge across 2^64", []op{add(two64.Dec()), add(two64)}, []rng{{two64.Dec(), two64}}, v(2)},
+		{"remove absent", []op{add(v(5)), func(s *Set) bool { return !s.Remove(v(6)) && !s.Remove(v(4)) }}, []rng{{v(5), v(5)}}, v(1)},
+		{"remove single", []op{add(v(5)), rem(v(5))}, nil, v(0)},
+		{"split middle", []op{addr(v(1), v(9), v(9)), rem(v(5))}, []rng{{v(1), v(4)}, {v(6), v(9)}}, v(8)},
+		{"split at start", []op{addr(v(1), v(9), v(9)), rem(v(1))}, []rng{{v(2), v(9)}}, v(8)},
+		{"split at end", []op{addr(v(1), v(9), v(9)), rem(v(9))}, []rng{{v(1), v(8)}}, v(8)},
+		{"remove zero", []op{addr(v(0), v(3), v(4)), rem(v(0))}, []rng{{v(1), v(3)}}, v(3)},
+		{"remove top", []op{addr(top.Sub64(3), top, v(4)), rem(top)}, []rng{{top.Sub64(3), top.Dec()}}, v(3)},
+		{"remove near top", []op{addr(top.Sub64(3), top, v(4)), rem(top.Dec())}, []rng{{top.Sub64(3), top.Sub64(2)}, {top, top}}, v(3)},
+		{"range touching zero and top", []op{addr(v(0), v(10), v(11)), addr(top.Sub64(10), top, v(11))},
+			[]rng{{v(0), v(10)}, {top.Sub64(10), top}}, v(22)},
+		{"range absorbs", []op{add(v(3)), add(v(5)), addr(v(10), v(12), v(3)), addr(v(4), v(9), v(5))},
+			[]rng{{v(3), v(12)}}, v(10)},
+		{"range touches both sides", []op{add(v(3)), add(v(9)), addr(v(4), v(8), v(5))}, []rng{{v(3), v(9)}}, v(7)},
+		{"range inside run", []op{addr(v(0), v(100), v(101)), addr(v(5), v(6), v(0))}, []rng{{v(0), v(100)}}, v(101)},
+		{"range reversed", []op{addr(v(6), v(5), v(0))}, nil, v(0)},
+		{"range below top", []op{add(top), addr(v(0), top.Sub64(2), top.Dec())}, []rng{{v(0), top.Sub64(2)}, {top, top}}, top},
+		{"almost everything", []op{addr(v(0), top.Dec(), top)}, []rng{{v(0), top.Dec()}}, top},
+		// Len wraps to 0 when the set holds all 2^128 values (documented).
+		{"everything", []op{addr(v(0), top, v(0))}, []rng{{v(0), top}}, v(0)},
+		{"everything by merge", []op{add(v(0)), add(top), addr(v(1), top.Dec(), top.Dec())}, []rng{{v(0), top}}, v(0)},
+		{"remove from everything", []op{addr(v(0), top, v(0)), rem(two64)}, []rng{{v(0), two64.Dec()}, {two64.Inc(), top}}, top},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s Set
+			for i, o := range tt.ops {
+				if !o(&s) {
+					t.Fatalf("op %d returned the wrong result", i)
+				}
+				mustCheck(t, &s)
+			}
+			if got := ranges(&s, v(0), top); !slices.Equal(got, tt.want) {
+				t.Fatalf("runs %v, want %v", got, tt.want)
+			}
+			if s.Len() != tt.len || s.Runs() != len(tt.want) {
+				t.Fatalf("Len %v Runs %d, want %v %d", s.Len(), s.Runs(), tt.len, len(tt.want))
+			}
+		})
+	}
+}
+
+func TestNextFree(t *testing.T) {
+	var s Set
+	s.AddRange(v(0), v(9))
+	s.AddRange(v(20), v(29))
+	s.AddRange(top.Sub64(5), top)
+	tests := []struct {
+		from, to u128.U128
+		want     u128.U128
+		ok       bool
+	}{
+		{v(0), v(100), v(10), true},
+		{v(0), v(9), v(0), false},
+		{v(0), v(10), v(10), true},
+		{v(5), v(5), v(0), false},
+		{v(10), v(10), v(10), true},
+		{v(15), v(25), v(15), true},
+		{v(20), v(29), v(0), false},
+		{v(20), top, v(30), true},
+		{v(11), v(10), v(0), false}, // from > to
+		{top.Sub64(5), top, v(0), false},
+		{top.Sub64(6), top, top.Sub64(6), true},
+		{top, top, v(0), false},
+		{top, v(0), v(0), false},
+	}
+	for _, tt := range tests {
+		got, ok := s.NextFree(tt.from, tt.to)
+		if ok != tt.ok || (ok && got != tt.want) {
+			t.Errorf("NextFree(%v, %v) = %v, %v; want %v, %v", tt.from, tt.to, got, ok, tt.want, tt.ok)
+		}
+	}
+	var full Set
+	full.AddRange(v(0), top)
+	if _, ok := full.NextFree(v(0), top); ok {
+		t.Error("NextFree on the full set found a value")
+	}
+	if got, ok := (&Set{}).NextFree(v(0), v(0)); !ok || got != v(0) {
+		t.Error("NextFree on an empty set")
+	}
+}
+
+func TestQueries(t *testing.T) {
+	var s Set
+	s.AddRange(v(10), v(19))
+	s.AddRange(v(30), v(39))
+	s.AddRange(top.Sub64(9), top)
+	if got := s.Count(v(15), v(34)); got != v(10) {
+		t.Errorf("Count = %v", got)
+	}
+	if got := s.Count(v(0), top); got != v(30) {
+		t.Errorf("Count all = %v", got)
+	}
+	if got := s.Count(v(20), v(29)); !got.IsZero() {
+		t.Errorf("Count gap = %v", got)
+	}
+	if got := s.Count(v(20), v(10)); !got.IsZero() {
+		t.Errorf("Count reversed = %v", got)
+	}
+	if got := ranges(&s, v(15), v(34)); !slices.Equal(got, []rng{{v(15), v(19)}, {v(30), v(34)}}) {
+		t.Errorf("Ranges = %v", got)
+	}
+	if got := ranges(&s, top.Dec(), top); !slices.Equal(got, []rng{{top.Dec(), top}}) {
+		t.Errorf("Ranges at top = %v", got)
+	}
+	if got := ranges(&s, v(5), v(4)); got != nil {
+		t.Errorf("Ranges reversed = %v", got)
+	}
+	for a := range s.Ranges(v(0), top) {
+		if a != v(10) {
+			t.Errorf("early stop yielded %v", a)
+		}
+		break
+	}
+	if a, b, ok := s.RunAt(v(35)); !ok || a != v(30) || b != v(39) {
+		t.Errorf("RunAt(35) = %v %v %v", a, b, ok)
+	}
+	if a, b, ok := s.RunAt(top); !ok || a != top.Sub64(9) || b != top {
+		t.Errorf("RunAt(top) = %v %v %v", a, b, ok)
+	}
+	if _, _, ok := s.RunAt(v(25)); ok {
+		t.Error("RunAt in a gap")
+	}
+	var full Set
+	full.AddRange(v(0), top)
+	if got := full.Count(v(0), top.Dec()); got != top {
+		t.Errorf("Count(0, Max-1) of the full set = %v", got)
+	}
+}
+
+func TestReset(t *testing.T) {
+	var s Set
+	s.AddRange(v(1), v(3))
+	for _, bad := range [][]u128.U128{{v(2), v(1)}, {v(1), v(1)}, {v(0), top, v(5)}} {
+		if err := s.Reset(bad); !errors.Is(err, ErrNotSorted) {
+			t.Fatalf("Reset(%v) = %v", bad, err)
+		}
+		if got := ranges(&s, v(0), top); !slices.Equal(got, []rng{{v(1), v(3)}}) {
+			t.Fatalf("failed Reset changed the set: %v", got)
+		}
+	}
+	if err := s.Reset([]u128.U128{v(0), v(1), v(5), two64.Dec(), two64, top}); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, &s)
+	if got := ranges(&s, v(0), top); !slices.Equal(got, []rng{{v(0), v(1)}, {v(5), v(5)}, {two64.Dec(), two64}, {top, top}}) {
+		t.Fatalf("after Reset: %v", got)
+	}
+	if s.Len() != v(6) {
+		t.Fatalf("Len = %v", s.Len())
+	}
+	if err := s.Reset(nil); err != nil || s.Runs() != 0 || !s.Len().IsZero() {
+		t.Fatal("Reset(nil) did not empty the set")
+	}
+	mustCheck(t, &s)
+	s.Add(v(3))
+	mustCheck(t, &s)
+}
+
+func TestClone(t *testing.T) {
+	var s Set
+	for i := range uint64(5000) {
+		s.Add(v(i * 3))
+	}
+	c := s.Clone()
+	want := ranges(&s, v(0), top)
+	for i := range uint64(5000) {
+		s.Add(v(i*3 + 1))
+	}
+	s.Remove(v(0))
+	mustCheck(t, &s)
+	mustCheck(t, c)
+	if got := ranges(c, v(0), top); !slices.Equal(got, want) || c.Len() != v(5000) {
+		t.Fatal("clone changed with the original")
+	}
+}
+
+// TestRangesModify removes values while iterating; the iteration must go on
+// over the modified set without skipping or repeating runs.
+func TestRangesModify(t *testing.T) {
+	defer setCaps(2, 3)()
+	var s Set
+	for i := range uint64(300) {
+		s.Add(v(i * 4))
+		s.Add(v(i*4 + 1))
+	}
+	var got []u128.U128
+	for a, b := range s.Ranges(v(0), top) {
+		got = append(got, a)
+		s.Remove(a) // shrinks or deletes the yielded run
+		if b.Lo < 1500 {
+			s.Add(b.Add64(100)) // past 1197, creates runs ahead that must be visited
+		}
+	}
+	mustCheck(t, &s)
+	// The same loop on the model: each step takes the first run after the
+	// last yielded value, in the model as modified so far.
+	var m model
+	for i := range uint64(300) {
+		m = m.addRange(v(i*4), v(i*4+1))
+	}
+	var want []u128.U128
+	for pos := v(0); ; {
+		rs := m.clip(pos, top)
+		if len(rs) == 0 {
+			break
+		}
+		a, b := rs[0][0], rs[0][1]
+		want = append(want, a)
+		m = m.remove(a)
+		if b.Lo < 1500 {
+			m = m.addRange(b.Add64(100), b.Add64(100))
+		}
+		pos = b.Inc()
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("visited %v\nwant %v", got, want)
+	}
+	if !slices.Equal(ranges(&s, v(0), top), []rng(m)) {
+		t.Fatal("final content differs from the model")
+	}
+}
+
+// setCaps shrinks the node sizes so that a few runs make a deep tree, and
+// returns a func restoring them.
+func setCaps(l, i int) func() {
+	ol, oi := leafMax, innerMax
+	leafMax, innerMax = l, i
+	return func() { leafMax, innerMax = ol, oi }
+}
+
+// TestLarge builds trees several levels deep with the real node sizes, near
+// 0, 2^64 and Max, and checks every invariant along the way.
+func TestLarge(t *testing.T) {
+	const n = 200_000
+	for _, base := range []u128.U128{v(0), two64.Sub64(n), top.Sub64(3 * n)} {
+		t.Run(base.String(), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			val := func(k int) u128.U128 { return base.Add64(uint64(3 * k)) }
+			perm := r.Perm(n)
+			var s Set
+			for _, k := range perm {
+				if !s.Add(val(k)) {
+					t.Fatal("Add of a new value returned false")
+				}
+			}
+			mustCheck(t, &s)
+			if s.Runs() != n || s.height < 2 {
+				t.Fatalf("Runs %d height %d", s.Runs(), s.height)
+			}
+			in := make([]bool, n)
+			for k := range in {
+				in[k] = true
+			}
+			for _, k := range perm[:n/2] {
+				if !s.Remove(val(k)) {
+					t.Fatal("Remove of a present value returned false")
+				}
+				in[k] = false
+			}
+			mustCheck(t, &s)
+			for k := range n {
+				if s.Contains(val(k)) != in[k] || s.Contains(val(k).Inc()) {
+					t.Fatalf("Contains(%d) wrong", k)
+				}
+			}
+			// Emptying a copy must shrink the tree back to a single leaf.
+			e := s.Clone()
+			for _, k := range perm[n/2:] {
+				e.Remove(val(k))
+			}
+			mustCheck(t, e)
+			if e.Runs() != 0 || e.height != 0 {
+				t.Fatalf("emptied set: Runs %d height %d", e.Runs(), e.height)
+			}
+			e.Add(val(0))
+			mustCheck(t, e)
+			// Rebuild the same content bottom-up and compare.
+			var sorted []u128.U128
+			for k := range n {
+				if in[k] {
+					sorted = append(sorted, val(k))
+				}
+			}
+			var r2 Set
+			if err := r2.Reset(sorted); err != nil {
+				t.Fatal(err)
+			}
+			mustCheck(t, &r2)
+			if !slices.Equal(ranges(&s, v(0), top), ranges(&r2, v(0), top)) {
+				t.Fatal("Reset and incremental sets differ")
+			}
+			// Fill gaps so that runs merge, then absorb thousands of runs
+			// spanning many leaves with one AddRange.
+			for k := 1000; k < 2000; k++ {
+				s.AddRange(val(k).Inc(), val(k+1).Dec())
+			}
+			mustCheck(t, &s)
+			for _, set := range []*Set{&s, &r2} {
+				before := set.Count(val(10_000), val(150_000))
+				added := set.AddRange(val(10_000), val(150_000))
+				mustCheck(t, set)
+				if added.Add(before) != val(150_000).Sub(val(10_000)).Inc() {
+					t.Fatalf("AddRange added %v with %v before", added, before)
+				}
+				if set.Count(val(10_000), val(150_000)) != val(150_000).Sub(val(10_000)).Inc() {
+					t.Fatal("range not full after AddRange")
+				}
+			}
+		})
+	}
+}
+
+// model is a deliberately naive reference: a sorted slice of maximal
+// intervals, rebuilt by sort-and-merge after every change, with sizes summed
+// in big.Int so that it does not share Set's modular arithmetic.
+type model []rng
+
+func (m model) normalize() model {
+	slices.SortFunc(m, func(a, b rng) int { return a[0].Cmp(b[0]) })
+	var out model
+	for _, r := range m {
+		if k := len(out) - 1; k >= 0 && (out[k][1] == top || !out[k][1].Inc().Less(r[0])) {
+			out[k][1] = u128.MaxOf(out[k][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (m model) addRange(lo, hi u128.U128) model {
+	return append(slices.Clone(m), rng{lo, hi}).normalize()
+}
+
+func (m model) remove(x u128.U128) model {
+	var out model
+	for _, r := range m {
+		if x.Less(r[0]) || r[1].Less(x) {
+			out = append(out, r)
+			continue
+		}
+		if r[0] != x {
+			out = append(out, rng{r[0], x.Dec()})
+		}
+		if r[1] != x {
+			out = append(out, rng{x.Inc(), r[1]})
+		}
+	}
+	return out
+}
+
+func (m model) runAt(x u128.U128) (rng, bool) {
+	for _, r := range m {
+		if !x.Less(r[0]) && !r[1].Less(x) {
+			return r, true
+		}
+	}
+	return rng{}, false
+}
+
+func (m model) clip(lo, hi u128.U128) []rng {
+	var out []rng
+	for _, r := range m {
+		a, b := u128.MaxOf(r[0], lo), u128.Min(r[1], hi)
+		if !b.Less(a) {
+			out = append(out, rng{a, b})
+		}
+	}
+	return out
+}
+
+var two128 = new(big.Int).Lsh(big.NewInt(1), 128)
+
+// size returns the number of values in rs, modulo 2^128.
+func size(rs []rng) u128.U128 {
+	sum := new(big.Int)
+	for _, r := range rs {
+		d := new(big.Int).Sub(r[1].Big(), r[0].Big())
+		sum.Add(sum, d.Add(d, big.NewInt(1)))
+	}
+	sum.Mod(sum, two128)
+	return u128.U128{Hi: new(big.Int).Rsh(sum, 64).Uint64(), Lo: sum.Uint64()}
+}
+
+func (m model) nextFree(from, to u128.U128) (u128.U128, bool) {
+	if to.Less(from) {
+		return u128.U128{}, false
+	}
+	x := from
+	for {
+		r, ok := m.runAt(x)
+		if !ok {
+			break
+		}
+		if r[1] == top {
+			return u128.U128{}, false
+		}
+		x = r[1].Inc()
+	}
+	if to.Less(x) {
+		return u128.U128{}, false
+	}
+	return x, true
+}
+
+// windows are the small value ranges the property test draws from: both
+// ends of the space and both sides of 2^64.
+var windows = [][2]u128.U128{{v(0), v(40)}, {two64.Sub64(20), two64.Add64(20)}, {top.Sub64(40), top}}
+
+func genValue() *rapid.Generator[u128.U128] {
+	return rapid.Custom(func(t *rapid.T) u128.U128 {
+		w := windows[rapid.IntRange(0, len(windows)-1).Draw(t, "window")]
+		return w[0].Add64(rapid.Uint64Range(0, w[1].Sub(w[0]).Lo).Draw(t, "offset"))
+	})
+}
+
+func TestProperty(t *testing.T) {
+	defer setCaps(leafMax, innerMax)()
+	rapid.Check(t, func(t *rapid.T) {
+		// Tiny nodes make multi-level trees out of a few dozen runs; the
+		// real sizes are drawn too.
+		leafMax = rapid.SampledFrom([]int{2, 3, 4, leafCap}).Draw(t, "leafMax")
+		innerMax = rapid.SampledFrom([]int{2, 3, 4, innerCap}).Draw(t, "innerMax")
+		var s Set
+		var m model
+		val := genValue()
+		t.Repeat(map[string]func(*rapid.T){
+			"Add": func(t *rapid.T) {
+				x := val.Draw(t, "x")
+				_, had := m.runAt(x)
+				if got := s.Add(x); got == had {
+					t.Fatalf("Add(%v) = %v", x, got)
+				}
+				m = m.addRange(x, x)
+			},
+			// Batches grow deep trees within rapid's default 30 steps.
+			"AddMany": func(t *rapid.T) {
+				for _, x := range rapid.SliceOfN(val, 1, 40).Draw(t, "xs") {
+					_, had := m.runAt(x)
+					if got := s.Add(x); got == had {
+						t.Fatalf("Add(%v) = %v", x, got)
+					}
+					m = m.addRange(x, x)
+				}
+			},
+			"RemoveMany": func(t *rapid.T) {
+				for _, x := range rapid.SliceOfN(val, 1, 40).Draw(t, "xs") {
+					_, had := m.runAt(x)
+					if got := s.Remove(x); got != had {
+						t.Fatalf("Remove(%v) = %v", x, got)
+					}
+					m = m.remove(x)
+				}
+			},
+			"Remove": func(t *rapid.T) {
+				x := val.Draw(t, "x")
+				_, had := m.runAt(x)
+				if got := s.Remove(x); got != had {
+					t.Fatalf("Remove(%v) = %v", x, got)
+				}
+				m = m.remove(x)
+			},
+			"AddRange": func(t *rapid.T) {
+				lo, hi := val.Draw(t, "lo"), val.Draw(t, "hi")
+				want := u128.U128{}
+				if !hi.Less(lo) {
+					want = size(m.addRange(lo, hi)).Sub(size(m))
+					m = m.addRange(lo, hi)
+				}
+				if got := s.AddRange(lo, hi); got != want {
+					t.Fatalf("AddRange(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
+			},
+			"Reset": func(t *rapid.T) {
+				vals := rapid.SliceOfN(val, 0, 80).Draw(t, "vals")
+				sorted := rapid.Bool().Draw(t, "sort")
+				if sorted {
+					slices.SortFunc(vals, u128.U128.Cmp)
+					vals = slices.Compact(vals)
+				}
+				ok := slices.IsSortedFunc(vals, u128.U128.Cmp) && len(slices.Compact(slices.Clone(vals))) == len(vals)
+				err := s.Reset(vals)
+				if (err == nil) != ok {
+					t.Fatalf("Reset(%v) = %v", vals, err)
+				}
+				if ok {
+					m = nil
+					for _, x := range vals {
+						m = append(m, rng{x, x})
+					}
+					m = m.normalize()
+				}
+			},
+			"Clone": func(t *rapid.T) {
+				s = *s.Clone()
+			},
+			"NextFree": func(t *rapid.T) {
+				from, to := val.Draw(t, "from"), val.Draw(t, "to")
+				got, ok := s.NextFree(from, to)
+				want, wok := m.nextFree(from, to)
+				if ok != wok || got != want {
+					t.Fatalf("NextFree(%v, %v) = %v %v, want %v %v", from, to, got, ok, want, wok)
+				}
+			},
+			"Query": func(t *rapid.T) {
+				lo, hi := val.Draw(t, "lo"), val.Draw(t, "hi")
+				if got, want := s.Count(lo, hi), size(m.clip(lo, hi)); got != want {
+					t.Fatalf("Count(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
+				if got, want := ranges(&s, lo, hi), m.clip(lo, hi); !slices.Equal(got, want) {
+					t.Fatalf("Ranges(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
+			},
+			"": func(t *rapid.T) {
+				if err := s.check(); err != nil {
+					t.Fatal(err)
+				}
+				if got := ranges(&s, v(0), top); !slices.Equal(got, []rng(m)) {
+					t.Fatalf("runs %v, model %v", got, m)
+				}
+				if s.Runs() != len(m) || s.Len() != size(m) {
+					t.Fatalf("Runs %d Len %v, model %d %v", s.Runs(), s.Len(), len(m), size(m))
+				}
+				// Every value of every window, and the values just outside.
+				for _, w := range windows {
+					for x := w[0].Dec(); ; x = x.Inc() {
+						r, in := m.runAt(x)
+						if s.Contains(x) != in {
+							t.Fatalf("Contains(%v) = %v", x, !in)
+						}
+						a, b, ok := s.RunAt(x)
+						if ok != in || (ok && (rng{a, b}) != r) {
+							t.Fatalf("RunAt(%v) = %v %v %v, want %v %v", x, a, b, ok, r, in)
+						}
+						if got, ok := s.NextFree(x, top); ok {
+							if want, _ := m.nextFree(x, top); got != want {
+								t.Fatalf("NextFree(%v, Max) = %v, want %v", x, got, want)
+							}
+						} else if _, wok := m.nextFree(x, top); wok {
+							t.Fatalf("NextFree(%v, Max) failed", x)
+						}
+						if got, ok := s.NextFree(x, x); ok == in || (ok && got != x) {
+							t.Fatalf("NextFree(%v, %v) = %v %v", x, x, got, ok)
+						}
+						if in {
+							if got, ok := s.NextFree(r[0], r[1]); ok {
+								t.Fatalf("NextFree over run %v = %v", r, got)
+							}
+						}
+						if x == w[1].Inc() {
+							break
+						}
+					}
+				}
+			},
+		})
+	})
+}
