@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"k8s.io/kubernetes/pkg/registry/core/service/ipallocator"
+
+	"github.com/netipam/netipam/allocator"
+)
+
+var allImpls = []string{ImplNetipam, ImplNetipamSeq, ImplBitmap, ImplIPAddress}
+
+// TestAdapters checks that every adapter allocates distinct addresses inside
+// the prefix, honours static allocation, and frees what it releases.
+func TestAdapters(t *testing.T) {
+	for _, impl := range allImpls {
+		for _, ps := range []string{"10.0.0.0/24", "fd00::/112"} {
+			t.Run(impl+"/"+ps, func(t *testing.T) {
+				p := netip.MustParsePrefix(ps)
+				a, err := New(impl, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer a.Close()
+				seen := map[netip.Addr]bool{}
+				for range 3 {
+					x, err := a.AllocateNext()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !p.Contains(x) || x == p.Addr() {
+						t.Fatalf("allocated %s, not a host of %s", x, p)
+					}
+					if seen[x] {
+						t.Fatalf("allocated %s twice", x)
+					}
+					seen[x] = true
+				}
+				static := AddrAt(p, 0, 2) // in the lower band: never chosen dynamically
+				if err := a.Allocate(static); err != nil {
+					t.Fatalf("static %s: %v", static, err)
+				}
+				if err := a.Allocate(static); err == nil {
+					t.Fatalf("static %s allocated twice", static)
+				}
+				if err := a.Release(static); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Allocate(static); err != nil {
+					t.Fatalf("static %s after release: %v", static, err)
+				}
+			})
+		}
+	}
+}
+
+// TestFillThenFull fills a small range through Fill and checks that every
+// adapter then reports it full, and has exactly the one released address
+// left after a release.
+func TestFillThenFull(t *testing.T) {
+	p := netip.MustParsePrefix("10.1.0.0/26")
+	for _, impl := range allImpls {
+		t.Run(impl, func(t *testing.T) {
+			a, err := New(impl, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			all := Shuffled(p, 1)
+			if err := a.Fill(all[:10]); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Fill(all[10:]); err != nil {
+				t.Fatal(err)
+			}
+			if x, err := a.AllocateNext(); !isFull(err) {
+				t.Fatalf("full range: got %v, %v; want a full error", x, err)
+			}
+			if err := a.Release(all[7]); err != nil {
+				t.Fatal(err)
+			}
+			x, err := a.AllocateNext()
+			if err != nil || x != all[7] {
+				t.Fatalf("got %v, %v; want %s", x, err, all[7])
+			}
+		})
+	}
+}
+
+func isFull(err error) bool {
+	return errors.Is(err, allocator.ErrFull) || errors.Is(err, ipallocator.ErrFull)
+}
+
+func TestAddresses(t *testing.T) {
+	p := netip.MustParsePrefix("fd00::/48")
+	for _, l := range []Layout{Packed, Random} {
+		got := LargeAddrs(p, l, 0, 1000)
+		seen := map[netip.Addr]bool{}
+		for _, a := range got {
+			if !p.Contains(a) || a == p.Addr() || seen[a] {
+				t.Fatalf("%s: bad or repeated address %s", l, a)
+			}
+			seen[a] = true
+		}
+		if tail := LargeAddrs(p, l, 500, 1000); tail[0] != got[500] {
+			t.Fatalf("%s: a longer fill does not extend a shorter one", l)
+		}
+	}
+	if got := LargeAddrs(p, Packed, 0, 1)[0]; got != netip.MustParseAddr("fd00::101") {
+		t.Fatalf("packed starts at %s, want fd00::101 (upper band)", got)
+	}
+	if s := Shuffled(netip.MustParsePrefix("10.0.0.0/29"), 1); len(s) != 6 {
+		t.Fatalf("a /29 has 6 usable addresses, got %d", len(s))
+	}
+	if n := len(Owner(12345).Name); n != 32 {
+		t.Fatalf("owner name is %d bytes, want 32", n)
+	}
+	if got, want := Owner(255).Name, "service-0000000000000000000000ff"; got != want {
+		t.Fatalf("Owner(255) = %q, want %q", got, want)
+	}
+}
