@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -244,6 +245,7 @@ type IPAddress struct {
 	stop    chan struct{}
 	factory informers.SharedInformerFactory
 	svc     *api.Service
+	mu      *sync.Mutex
 }
 
 // NewIPAddress returns the allocator over prefix, with an IPAddress object
@@ -264,6 +266,7 @@ func NewIPAddress(prefix netip.Prefix, initial []netip.Addr) (*IPAddress, error)
 		A: a, Client: client, lister: inf.Lister(), prefix: prefix,
 		addrs: append([]netip.Addr(nil), initial...), stop: make(chan struct{}), factory: factory,
 		svc: &api.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "bench"}},
+		mu:  new(sync.Mutex),
 	}
 	factory.Start(x.stop)
 	for typ, ok := range factory.WaitForCacheSync(x.stop) {
@@ -311,7 +314,12 @@ func (x *IPAddress) waitLister(name string, present bool) error {
 
 // AllocateNext implements Allocator.
 func (x *IPAddress) AllocateNext() (netip.Addr, error) {
+	// The allocator draws its random start from a math/rand.Rand that is
+	// not safe for concurrent use; serialize the call (the wait for the
+	// informer below stays concurrent).
+	x.mu.Lock()
 	ip, err := x.A.AllocateNextService(x.svc)
+	x.mu.Unlock()
 	if err != nil {
 		return netip.Addr{}, err
 	}

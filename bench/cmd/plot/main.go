@@ -110,10 +110,10 @@ const bench = "BenchmarkAllocRelease"
 // svg draws the fill plot.
 func svg(w io.Writer, rs *results) error {
 	const (
-		W, H           = 1000, 760
-		panelW, panelH = 440, 290
-		left, top      = 80, 90
-		gapX, gapY     = 60, 80
+		W, H           = 1080, 830
+		panelW, panelH = 430, 280
+		left, top      = 85, 100
+		gapX, gapY     = 110, 95
 	)
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, p := range prefixes {
