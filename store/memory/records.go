@@ -23,6 +23,7 @@ type records struct {
 	seed      maphash.Seed
 	scopes    []scope
 	scopeIDs  map[scope]uint32
+	last      uint32 // the scope looked up last: most writes repeat it
 	arena     arena
 }
 
@@ -67,12 +68,16 @@ func (r *records) has(a netip.Addr) bool {
 
 func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
 	s := scope{p.Group, p.Resource, p.Namespace}
+	if len(r.scopes) > 0 && r.scopes[r.last] == s {
+		return r.last
+	}
 	id, ok := r.scopeIDs[s]
 	if !ok {
 		id = uint32(len(r.scopes))
 		r.scopes = append(r.scopes, s)
 		r.scopeIDs[s] = id
 	}
+	r.last = id
 	return id
 }
 
