@@ -21,7 +21,7 @@ type testCluster struct {
 	token   string
 	initial string // the initial-cluster string
 	members []*testMember
-	fsync   bool
+	opts    []func(*embed.Config)
 }
 
 type testMember struct {
@@ -56,10 +56,11 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 // startCluster starts n members concurrently (each waits for a quorum) and
-// stops them when the test ends. Members fsync (etcd's default).
-func startCluster(t testing.TB, n int) *testCluster {
+// stops them when the test ends. Members fsync (etcd's default); opts may
+// change each member's configuration.
+func startCluster(t testing.TB, n int, opts ...func(*embed.Config)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, token: fmt.Sprintf("netipam-%d", time.Now().UnixNano()), fsync: true}
+	c := &testCluster{t: t, token: fmt.Sprintf("netipam-%d", time.Now().UnixNano()), opts: opts}
 	ports := freePorts(t, 2*n)
 	var initial []string
 	for i := range n {
@@ -101,7 +102,9 @@ func (c *testCluster) config(m *testMember) *embed.Config {
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.LogLevel = "fatal"
 	cfg.EnableGRPCGateway = false
-	cfg.UnsafeNoFsync = !c.fsync
+	for _, o := range c.opts {
+		o(cfg)
+	}
 	return cfg
 }
 

@@ -179,7 +179,11 @@ func decodeAddrSuffix(s string) (netip.Addr, error) {
 	if n == 4 {
 		return netip.AddrFrom4([4]byte(buf[:4])), nil
 	}
-	return netip.AddrFrom16(buf), nil
+	a := netip.AddrFrom16(buf)
+	if a.Is4In6() {
+		return netip.Addr{}, fmt.Errorf("address key %q holds an IPv4-mapped address, which is never stored", digits)
+	}
+	return a, nil
 }
 
 // escape makes an owner field one key segment: bytes outside

@@ -358,11 +358,13 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		return nil, fmt.Errorf("etcd store: %d addresses in one batch, at most %d", len(recs), MaxBatch)
 	}
 	for i, r := range recs {
-		if !r.Addr.IsValid() || r.Addr.Zone() != "" {
-			return nil, fmt.Errorf("etcd store: address %q: not a valid address without zone", r.Addr)
+		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
+			return nil, err
 		}
 		if !validOwner(r.Parent) {
-			return nil, fmt.Errorf("etcd store: owner %q: fields must be valid UTF-8", r.Parent)
+			// JSON would replace the invalid bytes: the record would not
+			// name the owner it was created for.
+			return nil, &ipaddress.FieldError{Field: "spec.parentRef", Value: r.Parent.String(), Detail: "must be valid UTF-8 to be stored in etcd"}
 		}
 		for _, prev := range recs[:i] {
 			if prev.Addr == r.Addr {
