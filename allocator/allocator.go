@@ -90,8 +90,10 @@ type Allocator struct {
 	index    *cidrset.Index
 	used     [2]runset.Set // allocated addresses per family, as applied
 	excluded [2]runset.Set
-	pending  [2]map[u128.U128]struct{} // chosen, creation in flight
-	pools    map[netip.Prefix]*pool
+	// pending holds the addresses chosen whose creation is in flight: a
+	// slice, since there are at most as many as concurrent callers.
+	pending []netip.Addr
+	pools   map[netip.Prefix]*pool
 	// Derived from index and pools on every CIDR change, so that the
 	// allocation path does not walk the CIDRs:
 	poolList [2][]*pool      // every pool, per family
@@ -153,9 +155,6 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		done:  make(chan struct{}),
 		index: cidrset.NewIndex(nil),
 		pools: map[netip.Prefix]*pool{},
-	}
-	for i := range a.pending {
-		a.pending[i] = map[u128.U128]struct{}{}
 	}
 	for _, o := range opts {
 		o(&a.cfg)
@@ -370,7 +369,7 @@ func (a *Allocator) choose(reqs []request, skip []netip.Addr, out []choice) ([]c
 			a.unpendLocked(out)
 			return nil, err
 		}
-		a.pending[famIndex(c.addr)][u128.FromAddr(c.addr)] = struct{}{}
+		a.pending = append(a.pending, c.addr)
 		out = append(out, c)
 	}
 	return out, nil
@@ -384,7 +383,10 @@ func (a *Allocator) unpend(cs []choice) {
 
 func (a *Allocator) unpendLocked(cs []choice) {
 	for _, c := range cs {
-		delete(a.pending[famIndex(c.addr)], u128.FromAddr(c.addr))
+		if i := slices.Index(a.pending, c.addr); i >= 0 {
+			a.pending[i] = a.pending[len(a.pending)-1]
+			a.pending = a.pending[:len(a.pending)-1]
+		}
 	}
 }
 
@@ -427,7 +429,7 @@ func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
 	if a.excluded[famIndex(addr)].Contains(u128.FromAddr(addr)) {
 		return choice{}, ErrExcluded
 	}
-	if _, ok := a.pending[famIndex(addr)][u128.FromAddr(addr)]; ok {
+	if slices.Contains(a.pending, addr) {
 		return choice{}, ErrAllocated
 	}
 	return choice{addr: addr, fence: store.Fence{CIDR: live.Name, Revision: live.Revision}, pool: livePrefix}, nil
@@ -528,7 +530,7 @@ func (a *Allocator) nextFreeLocked(fam int, from, to u128.U128, skip []netip.Add
 		next := x
 		if _, end, ok := a.excluded[fam].RunAt(x); ok {
 			next = end
-		} else if _, ok := a.pending[fam][x]; ok {
+		} else if len(a.pending) > 0 && slices.Contains(a.pending, x.Addr(fam == 0)) {
 		} else if len(skip) > 0 && slices.Contains(skip, x.Addr(fam == 0)) {
 		} else {
 			return x, true
