@@ -175,10 +175,20 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		a.excluded[famIndex(r.From())].AddRange(u128.FromAddr(r.From()), u128.FromAddr(r.To()))
 	}
 	a.fin = finalizer.Reconciler{Store: st, View: view{a}}
+	// The watch outlives New, so its context is not ctx; but a store that
+	// cannot answer must not hold New past ctx.
 	wctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	if err := st.Watch(wctx, watcher{a}); err != nil {
+	stop := context.AfterFunc(ctx, cancel)
+	err := st.Watch(wctx, watcher{a})
+	if !stop() && err == nil {
+		err = ctx.Err() // ctx ended: the watch was canceled
+	}
+	if err != nil {
 		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	go a.reconcileLoop(wctx)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go4.org/netipx"
 
@@ -652,5 +653,23 @@ func TestTwoAllocatorsOverOneStoreNeverCollide(t *testing.T) {
 		if u, _ := a.Usage("c"); !u.Prefixes[0].Free.IsZero() {
 			t.Fatalf("an allocator sees %s free", u.Prefixes[0].Free)
 		}
+	}
+}
+
+// stuckStore never answers Watch until its context ends, like a store whose
+// servers are all down.
+type stuckStore struct{ *memory.Store }
+
+func (s stuckStore) Watch(ctx context.Context, w store.Watcher) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestNewReturnsWhenItsContextEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := allocator.New(ctx, stuckStore{memory.New()})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("New over a store that never answers: %v, want DeadlineExceeded", err)
 	}
 }
