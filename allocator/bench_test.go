@@ -60,10 +60,11 @@ func BenchmarkAllocateNextRelease(b *testing.B) {
 			}
 			a := filledAllocator(b, tc.prefix, uint64(float64(size)*tc.fill))
 			owner := svc("bench")
+			family := ipaddress.FamilyOf(netip.MustParsePrefix(tc.prefix).Addr())
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				r, err := a.AllocateNext(ctx, ipaddress.FamilyOf(netip.MustParsePrefix(tc.prefix).Addr()), owner)
+				r, err := a.AllocateNext(ctx, family, owner)
 				if err != nil {
 					b.Fatal(err)
 				}
