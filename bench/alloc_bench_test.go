@@ -359,6 +359,7 @@ func BenchmarkColdStart(b *testing.B) {
 			}
 			addrs = nil
 			runtime.GC()
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				a, err := allocator.New(ctx, st)
 				if err != nil {
