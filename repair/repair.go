@@ -457,8 +457,10 @@ func (p *pass) adopt(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr)
 		if err != nil {
 			return nil, err
 		}
+		// Touch: a removal of the CIDR decided before this record existed
+		// was fenced on the revision read here, and must fail.
 		_, err = p.st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: ref}},
-			store.Fence{CIDR: c.Name, Revision: c.Revision})
+			store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true})
 		switch {
 		case err == nil:
 			return names, nil

@@ -68,6 +68,12 @@ func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 type Fence struct {
 	CIDR     string
 	Revision int64
+	// Touch makes a create also give the CIDR a new revision, its content
+	// unchanged, so that anything decided on the old revision fails its
+	// own fence. A write recording an address inside a Terminating CIDR
+	// sets it: a removal decided before the address existed then fails
+	// instead of orphaning it.
+	Touch bool
 }
 
 // Store holds CIDR objects and address records. Every write is atomic and

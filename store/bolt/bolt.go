@@ -442,9 +442,23 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		if err := checkFences(tx, fences); err != nil {
 			return nil, err
 		}
+		var evs []store.Event
+		for _, f := range fences {
+			if !f.Touch {
+				continue
+			}
+			c, _, err := getCIDR(tx, f.CIDR)
+			if err != nil {
+				return nil, err
+			}
+			c.Revision = rev
+			if err := putCIDR(tx, c); err != nil {
+				return nil, err
+			}
+			evs = append(evs, store.Event{Kind: store.CIDRPut, Revision: rev, CIDR: c.Clone()})
+		}
 		now := s.now().UnixNano()
 		out = make([]ipaddress.IPAddress, len(recs))
-		evs := make([]store.Event, len(recs))
 		for i, r := range recs {
 			// bbolt keeps keys and values until the commit: no buffer reuse.
 			v := addrValue{parent: r.Parent, created: now, rev: rev}
@@ -455,7 +469,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 				return nil, fmt.Errorf("bolt: indexing address %s: %w", r.Addr, err)
 			}
 			out[i] = v.record(r.Addr)
-			evs[i] = store.Event{Kind: store.AddressPut, Revision: rev, Address: out[i]}
+			evs = append(evs, store.Event{Kind: store.AddressPut, Revision: rev, Address: out[i]})
 		}
 		return evs, nil
 	})

@@ -402,6 +402,21 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		puts = append(puts, clientv3.OpPut(keys[i], vals[i]), clientv3.OpPut(s.ownerPrefix(r.Parent)+addrSuffix(r.Addr), vals[i]))
 		gets = append(gets, clientv3.OpGet(keys[i], clientv3.WithKeysOnly()))
 	}
+	for _, f := range fences {
+		if !f.Touch {
+			continue
+		}
+		// Rewriting the CIDR's value gives it the transaction's revision.
+		// The fence's compare makes sure it is the value read here.
+		c, found, err := s.getCIDR(ctx, f.CIDR)
+		if err != nil {
+			return nil, err
+		}
+		if !found || c.Revision != f.Revision {
+			return nil, &store.FencedError{Fence: f}
+		}
+		puts = append(puts, clientv3.OpPut(s.cidrKey(f.CIDR), string(encodeCIDR(c))))
+	}
 	fcmps, fgets := s.fenceCmps(fences)
 	cmps = append(cmps, fcmps...)
 	gets = append(gets, fgets...)

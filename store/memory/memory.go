@@ -195,6 +195,14 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 	}
 	s.rev++
 	now := s.now().Unix()
+	for _, f := range fences {
+		if f.Touch {
+			c := s.cidrs[f.CIDR]
+			c.Revision = s.rev
+			s.cidrs[f.CIDR] = c
+			s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
+		}
+	}
 	for i := range recs {
 		r := &recs[i]
 		r.Created, r.Revision = time.Unix(now, 0), s.rev

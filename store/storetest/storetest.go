@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AddressCreateGetDelete", testAddressLifecycle},
 		{"AddressBatchIsAllOrNothing", testAddressBatch},
 		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
+		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
 		{"OwnerIndex", testOwnerIndex},
 		{"RevisionsStrictlyIncrease", testRevisions},
 		{"WatchResetThenEveryChangeInOrder", testWatch},
@@ -258,6 +259,37 @@ func testAddressFence(t *testing.T, s store.Store) {
 	}
 	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.3"), Parent: owner("b")}}, store.Fence{CIDR: "missing", Revision: 1}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("create fenced on a missing CIDR: %v, want ErrFenced", err)
+	}
+}
+
+func testAddressFenceTouch(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/24", "fd00::/64")
+	c.Terminating = true
+	c, err := s.UpdateCIDR(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touch := fenceOf(c)
+	touch.Touch = true
+	rec := mustAddr(t, s, "10.0.0.5", "adopted", touch)
+	got, err := s.GetCIDR(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision <= c.Revision || got.Revision != rec.Revision {
+		t.Fatalf("touched CIDR at revision %d (was %d, record %d); want the record's revision", got.Revision, c.Revision, rec.Revision)
+	}
+	if !got.Terminating || !slices.Equal(got.Prefixes, c.Prefixes) || !got.Created.Equal(c.Created) {
+		t.Fatalf("touch changed the CIDR: %+v, was %+v", got, c)
+	}
+	// A removal decided on the old revision, before the address existed, fails.
+	if err := s.DeleteCIDR(ctx, "c", c.Revision); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("DeleteCIDR at the revision before the touch: %v, want ErrConflict", err)
+	}
+	// The old revision no longer fences anything.
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.6"), Parent: owner("x")}}, touch); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("second touch at the old revision: %v, want ErrFenced", err)
 	}
 }
 
