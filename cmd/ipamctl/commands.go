@@ -514,6 +514,11 @@ func readConsumers(path string, e *env) ([]repair.Consumer, error) {
 	if err != nil {
 		return nil, usageErrorf("--consumers: %v", err)
 	}
+	return parseConsumers(path, data)
+}
+
+// parseConsumers decodes the --consumers file read from path.
+func parseConsumers(path string, data []byte) ([]repair.Consumer, error) {
 	var entries []consumerEntry
 	if err := json.Unmarshal(data, &entries); err != nil {
 		return nil, usageErrorf("--consumers %s: %v (want a JSON array of {\"parentRef\": \"services/default/x\", \"addresses\": [\"10.96.0.1\"]})", path, err)
@@ -525,6 +530,7 @@ func readConsumers(path string, e *env) ([]repair.Consumer, error) {
 		var obj parentRefObject
 		switch {
 		case json.Unmarshal(en.ParentRef, &s) == nil:
+			var err error
 			if ref, err = ipaddress.ParseParentRef(s); err != nil {
 				return nil, usageErrorf("--consumers %s: entry %d: %v", path, i, err)
 			}
