@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -378,6 +380,24 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 }
 
+// writeHeapProfile writes a heap profile (pprof, inuse_space shows what
+// is live) while the fixture is live, when NETIPAM_BENCH_HEAPPROFILE names
+// a file prefix: PREFIX-impl-bits.pprof.
+func writeHeapProfile(b *testing.B, impl string, p netip.Prefix) {
+	prefix := os.Getenv("NETIPAM_BENCH_HEAPPROFILE")
+	if prefix == "" {
+		return
+	}
+	f, err := os.Create(fmt.Sprintf("%s-%s-%d.pprof", prefix, impl, p.Bits()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // heapInUse returns the live heap after a full collection.
 func heapInUse() uint64 {
 	runtime.GC()
@@ -452,6 +472,7 @@ func BenchmarkHeapPerAddr(b *testing.B) {
 				b.StopTimer()
 				after := heapInUse()
 				perAddr = (float64(after) - float64(before)) / float64(c.n)
+				writeHeapProfile(b, c.impl, c.prefix)
 				runtime.KeepAlive(addrs)
 				keep.Close()
 				keep, addrs = nil, nil
