@@ -79,3 +79,13 @@ func ExampleIPAddress_Validate() {
 	// spec.parentRef.resource: Invalid value: "Services": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')
 	// spec.parentRef.name: Required value
 }
+
+func ExampleFieldErrors() {
+	err := ipaddress.ParentRef{Resource: "Services"}.Validate()
+	for _, fe := range ipaddress.FieldErrors(err) {
+		fmt.Println(fe.Field)
+	}
+	// Output:
+	// spec.parentRef.resource
+	// spec.parentRef.name
+}

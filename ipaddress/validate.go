@@ -345,3 +345,26 @@ func isLabel(s string) bool {
 	}
 	return true
 }
+
+// FieldErrors returns the *FieldError values in err, in order, looking
+// through errors joined with errors.Join or wrapped with %w; other errors in
+// the tree are skipped. It is how a caller lists every problem of an input.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *FieldError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, err := range e.Unwrap() {
+				walk(err)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
