@@ -1,0 +1,84 @@
+package u128
+
+import (
+	"math/big"
+	"net/netip"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func gen() *rapid.Generator[U128] {
+	return rapid.Custom(func(t *rapid.T) U128 {
+		return U128{Hi: rapid.Uint64().Draw(t, "hi"), Lo: rapid.Uint64().Draw(t, "lo")}
+	})
+}
+
+var two128 = new(big.Int).Lsh(big.NewInt(1), 128)
+
+func mod128(b *big.Int) *big.Int { return b.Mod(b, two128) }
+
+func TestArithmeticMatchesBigIntModulo2To128(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		x, y := gen().Draw(t, "x"), gen().Draw(t, "y")
+		if got, want := x.Add(y).Big(), mod128(new(big.Int).Add(x.Big(), y.Big())); got.Cmp(want) != 0 {
+			t.Fatalf("%s + %s = %s, want %s", x, y, got, want)
+		}
+		if got, want := x.Sub(y).Big(), mod128(new(big.Int).Sub(x.Big(), y.Big())); got.Cmp(want) != 0 {
+			t.Fatalf("%s - %s = %s, want %s", x, y, got, want)
+		}
+		if x.Cmp(y) != x.Big().Cmp(y.Big()) || x.Less(y) != (x.Big().Cmp(y.Big()) < 0) {
+			t.Fatalf("Cmp/Less(%s, %s) disagree with big.Int", x, y)
+		}
+		n := uint(rapid.IntRange(0, 130).Draw(t, "n"))
+		if got, want := x.Rsh(n).Big(), new(big.Int).Rsh(x.Big(), n); got.Cmp(want) != 0 {
+			t.Fatalf("%s >> %d = %s, want %s", x, n, got, want)
+		}
+		if x.String() != x.Big().String() {
+			t.Fatalf("String %s, big %s", x.String(), x.Big())
+		}
+		if m := rapid.Uint64Range(1, ^uint64(0)).Draw(t, "m"); x.Mod64(m) != new(big.Int).Mod(x.Big(), new(big.Int).SetUint64(m)).Uint64() {
+			t.Fatalf("%s mod %d wrong", x, m)
+		}
+	})
+}
+
+func TestWrapAtTheEdges(t *testing.T) {
+	if Max.Inc() != (U128{}) || (U128{}).Dec() != Max {
+		t.Fatal("Inc/Dec do not wrap at 0 and 2^128-1")
+	}
+	if Pow2(64) != (U128{Hi: 1}) || Pow2(0) != From64(1) || Pow2(128) != Max || Max.BitLen() != 128 || (U128{}).BitLen() != 0 {
+		t.Fatal("Pow2/BitLen edges")
+	}
+}
+
+func TestAddrRoundTrip(t *testing.T) {
+	for _, s := range []string{"0.0.0.0", "10.96.0.1", "255.255.255.255", "::", "2001:db8::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"} {
+		a := netip.MustParseAddr(s)
+		if got := FromAddr(a).Addr(a.Is4()); got != a {
+			t.Errorf("round trip of %s = %s", a, got)
+		}
+	}
+	if FromAddr(netip.MustParseAddr("10.0.0.1")) != From64(0x0a000001) {
+		t.Error("IPv4 is not its 32-bit value")
+	}
+}
+
+func TestRandBelowStaysBelow(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := gen().Draw(t, "n")
+		src := rapid.SliceOfN(rapid.Uint64(), 64, 64).Draw(t, "randomness")
+		i := 0
+		next := func() uint64 { i++; return src[i%len(src)] ^ uint64(i)*0x9e3779b97f4a7c15 }
+		got := RandBelow(n, next)
+		if n.IsZero() {
+			if !got.IsZero() {
+				t.Fatalf("RandBelow(0) = %s", got)
+			}
+			return
+		}
+		if !got.Less(n) {
+			t.Fatalf("RandBelow(%s) = %s", n, got)
+		}
+	})
+}
