@@ -21,8 +21,8 @@ func ExampleDecide() {
 	// A live CIDR covering the prefix releases it.
 	cover := cidrset.CIDR{Name: "wide", Revision: 7, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.96.0.0/16")}}
 	d = finalizer.Decide(target, []cidrset.CIDR{cover}, used)
-	fmt.Println(d.Remove, d.Fences)
+	fmt.Println(d.Remove, "fenced on", d.Fences[0].CIDR, "at revision", d.Fences[0].Revision)
 	// Output:
 	// false [192.96.0.10 192.96.0.11]
-	// true [{wide 7}]
+	// true fenced on wide at revision 7
 }
