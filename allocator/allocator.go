@@ -255,7 +255,6 @@ type request struct {
 type choice struct {
 	addr  netip.Addr
 	fence store.Fence
-	pool  netip.Prefix
 }
 
 // maxAttempts bounds the retries of one allocation after the store refused
@@ -414,18 +413,14 @@ func (a *Allocator) settle(cs []choice, created []ipaddress.IPAddress) {
 }
 
 func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
-	var live, dying *cidrset.CIDR
-	var livePrefix netip.Prefix
-	var terminating []string
-	a.index.Containing(addr, func(c *cidrset.CIDR, p netip.Prefix) bool {
+	var live *cidrset.CIDR
+	var terminating []string // sorted and deduplicated below
+	a.index.Containing(addr, func(c *cidrset.CIDR, _ netip.Prefix) bool {
 		if c.Terminating {
-			if dying == nil || dying.Name != c.Name {
-				terminating = append(terminating, c.Name)
-			}
-			dying = c
+			terminating = append(terminating, c.Name)
 			return true
 		}
-		live, livePrefix = c, p
+		live = c
 		return false
 	})
 	if live == nil {
@@ -442,7 +437,7 @@ func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
 	if slices.Contains(a.pending, addr) {
 		return choice{}, ErrAllocated
 	}
-	return choice{addr: addr, fence: store.Fence{CIDR: live.Name, Revision: live.Revision}, pool: livePrefix}, nil
+	return choice{addr: addr, fence: store.Fence{CIDR: live.Name, Revision: live.Revision}}, nil
 }
 
 func (a *Allocator) livePrefixesLocked(fam int) []netip.Prefix {
@@ -494,7 +489,7 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 }
 
 func (l liveSource) choice(x u128.U128) choice {
-	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}, pool: l.pool.prefix}
+	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
 // nextInPoolLocked finds a free address of pl: upper band first, then lower.
