@@ -1,0 +1,136 @@
+package memory
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// benchRecords is the table size of the record benchmarks: about a million.
+const benchRecords = 1 << 20
+
+// benchNames are benchRecords distinct 32-byte owner names, built once so
+// that neither benchmark measures their making.
+var benchNames = func() []string {
+	out := make([]string, benchRecords)
+	for i := range out {
+		out[i] = fmt.Sprintf("payments-api-%019d", i)
+	}
+	return out
+}()
+
+// benchAddr is the i-th address of a benchmark: 10.0.0.0/8 counted up for
+// IPv4 (wrapping after 2^24, far more than a window of benchRecords), and
+// fd00::/64 counted up for IPv6.
+func benchAddr(v6 bool, i int) netip.Addr {
+	if !v6 {
+		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	var b [16]byte
+	b[0] = 0xfd
+	for j := range 8 {
+		b[15-j] = byte(uint64(i) >> (8 * j))
+	}
+	return netip.AddrFrom16(b)
+}
+
+// benchOwner owns address i. The scope changes every 1024 addresses, so
+// scope interning sees both repeats and switches.
+func benchOwner(i int) ipaddress.ParentRef {
+	return ipaddress.ParentRef{
+		Resource:  "services",
+		Namespace: benchNamespaces[(i>>10)&7],
+		Name:      benchNames[i&(benchRecords-1)],
+	}
+}
+
+var benchNamespaces = []string{"default", "kube-system", "payments", "ingress", "monitoring", "team-a", "team-b", "team-c"}
+
+// fillRecords puts the addresses 0..n-1.
+func fillRecords(v6 bool, n int) *records {
+	r := newRecords()
+	for i := range n {
+		r.put(benchAddr(v6, i), benchOwner(i), 1700000000+int64(i), int64(i+1))
+	}
+	return r
+}
+
+var families = []struct {
+	name string
+	v6   bool
+}{{"ipv4", false}, {"ipv6", true}}
+
+// BenchmarkRecordsPutDelete slides a window of benchRecords live records:
+// one op deletes the oldest record and puts a new one, so the table stays
+// at a constant size while every slot and the name arena churn.
+func BenchmarkRecordsPutDelete(b *testing.B) {
+	for _, f := range families {
+		b.Run(f.name, func(b *testing.B) {
+			r := fillRecords(f.v6, benchRecords)
+			lo := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := r.delete(benchAddr(f.v6, lo)); !ok {
+					b.Fatalf("record %d missing", lo)
+				}
+				hi := lo + benchRecords
+				r.put(benchAddr(f.v6, hi), benchOwner(hi), 1700000000, int64(hi+1))
+				lo++
+			}
+			if r.len() != benchRecords {
+				b.Fatalf("len %d, want %d", r.len(), benchRecords)
+			}
+		})
+	}
+}
+
+// BenchmarkRecordsGet looks up live records at a table of benchRecords.
+func BenchmarkRecordsGet(b *testing.B) {
+	for _, f := range families {
+		b.Run(f.name, func(b *testing.B) {
+			r := fillRecords(f.v6, benchRecords)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := r.get(benchAddr(f.v6, i)); !ok {
+					b.Fatalf("record %d missing", i)
+				}
+				i = (i + 7919) & (benchRecords - 1)
+			}
+		})
+	}
+}
+
+// BenchmarkRecordsHeap reports the heap a table of benchRecords records
+// holds, per record, names included (the owner names are 32 bytes). Run it
+// with -benchtime=1x: every iteration builds a whole table.
+func BenchmarkRecordsHeap(b *testing.B) {
+	for _, f := range families {
+		b.Run(f.name, func(b *testing.B) {
+			var per float64
+			for b.Loop() {
+				per = heapPerRecord(f.v6, benchRecords)
+			}
+			b.ReportMetric(per, "B/record")
+		})
+	}
+}
+
+func heapPerRecord(v6 bool, n int) float64 {
+	before := settledHeap()
+	r := fillRecords(v6, n)
+	after := settledHeap()
+	runtime.KeepAlive(r)
+	return float64(int64(after)-int64(before)) / float64(n)
+}
+
+func settledHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
