@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go4.org/netipx"
@@ -83,7 +84,18 @@ type Allocator struct {
 	kick   chan struct{} // wakes the background reconciler
 	done   chan struct{}
 
-	mu       sync.Mutex
+	// mu guards what follows. Over a store.Locked store it is the store's
+	// own lock, under which the store applies every write to the index:
+	// the watcher then takes no lock, and an allocation chooses and
+	// creates in one critical section.
+	mu     *sync.Mutex
+	locked store.Locked // st, when it shares its lock; else nil
+	// dyingCount mirrors dying for Release, which reads it without mu.
+	dyingCount atomic.Int32
+	// scratch for allocations over a locked store, used under mu.
+	recBuf   [2]ipaddress.IPAddress
+	fenceBuf [2]store.Fence
+
 	rev      int64         // last revision applied
 	revWait  chan struct{} // closed when rev advances, if someone waits
 	waiters  int
@@ -159,6 +171,11 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	for _, o := range opts {
 		o(&a.cfg)
 	}
+	if ls, ok := st.(store.Locked); ok {
+		a.locked, a.mu = ls, ls.Mutex()
+	} else {
+		a.mu = new(sync.Mutex)
+	}
 	if a.cfg.strategy == nil {
 		a.cfg.strategy = RandomStart(nil)
 	}
@@ -208,11 +225,9 @@ func (a *Allocator) Store() store.Store { return a.st }
 // AllocateNext allocates a free address of family f to owner, from a live
 // CIDR chosen by the Policy, in its upper band first (KEP-3070).
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
-	recs, err := a.allocate(ctx, owner, []request{{family: f}}, false)
-	if err != nil {
-		return ipaddress.IPAddress{}, err
-	}
-	return recs[0], nil
+	var out results
+	err := a.allocate(ctx, owner, []request{{family: f}}, false, &out)
+	return out[0], err
 }
 
 // Allocate allocates addr to owner. addr must be inside a live CIDR; the
@@ -221,11 +236,9 @@ func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddre
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	recs, err := a.allocate(ctx, owner, []request{{addr: addr}}, false)
-	if err != nil {
-		return ipaddress.IPAddress{}, err
-	}
-	return recs[0], nil
+	var out results
+	err := a.allocate(ctx, owner, []request{{addr: addr}}, false, &out)
+	return out[0], err
 }
 
 // AllocateDualStack allocates one address of each family to owner, both or
@@ -238,11 +251,9 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 			return ipv4, ipv6, &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
 		}
 	}
-	recs, err := a.allocate(ctx, owner, reqs, false)
-	if err != nil {
-		return ipv4, ipv6, err
-	}
-	return recs[0], recs[1], nil
+	var out results
+	err = a.allocate(ctx, owner, reqs, false, &out)
+	return out[0], out[1], err
 }
 
 // request is one address of an allocation: addr for static, else family.
@@ -261,15 +272,20 @@ type choice struct {
 // it because another allocator got there first.
 const maxAttempts = 64
 
-// allocate serves reqs atomically and reports the outcome to the observer.
-// With dryRun it only chooses.
-func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool) ([]ipaddress.IPAddress, error) {
+// results receives the records of an allocation, one per request; a value
+// rather than a slice so that the hot path does not allocate. They are
+// zero when the allocation fails.
+type results [2]ipaddress.IPAddress
+
+// allocate serves reqs atomically into out and reports the outcome to the
+// observer. With dryRun it only chooses.
+func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool, out *results) error {
 	if a.cfg.observer == nil || dryRun {
-		recs, _, err := a.allocateOnce(ctx, owner, reqs, dryRun)
-		return recs, err
+		_, err := a.allocateOnce(ctx, owner, reqs, dryRun, out)
+		return err
 	}
 	start := time.Now()
-	recs, from, err := a.allocateOnce(ctx, owner, reqs, dryRun)
+	from, err := a.allocateOnce(ctx, owner, reqs, dryRun, out)
 	took := time.Since(start)
 	for i, r := range reqs {
 		ev := AllocationEvent{Scope: ScopeDynamic, Family: r.family, Err: err, Duration: took, CIDR: from[i]}
@@ -278,7 +294,7 @@ func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, req
 		}
 		a.cfg.observer.Allocated(ev)
 	}
-	return recs, err
+	return err
 }
 
 // sources names, per request, the CIDR it was (or would have been) served
@@ -294,52 +310,106 @@ func sourcesOf(choices []choice) (s sources) {
 
 // allocateOnce serves reqs atomically, retrying when another allocator won
 // a race for an address; it returns where the last choices came from.
-func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool) ([]ipaddress.IPAddress, sources, error) {
+func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool, out *results) (sources, error) {
 	if err := owner.Validate(); err != nil {
-		return nil, sources{}, err
+		return sources{}, err
 	}
 	var skip []netip.Addr // taken per the store, though the index did not know yet
 	for attempt := 0; ; attempt++ {
 		var buf [2]choice
-		choices, err := a.choose(reqs, skip, buf[:0])
-		if err != nil {
-			return nil, sources{}, err
-		}
-		if dryRun {
-			a.unpend(choices)
-			out := make([]ipaddress.IPAddress, len(choices))
+		var choices []choice
+		var err error
+		switch {
+		case dryRun:
+			a.mu.Lock()
+			choices, err = a.chooseLocked(reqs, skip, buf[:0])
+			a.mu.Unlock()
 			for i, c := range choices {
 				out[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
 			}
-			return out, sourcesOf(choices), nil
-		}
-		recs := make([]ipaddress.IPAddress, len(choices))
-		fences := make([]store.Fence, 0, len(choices))
-		for i, c := range choices {
-			recs[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
-			if !slices.Contains(fences, c.fence) {
-				fences = append(fences, c.fence)
+			return sourcesOf(choices), err
+		case a.locked != nil:
+			if err := ctx.Err(); err != nil {
+				return sources{}, err
 			}
+			choices, err = a.chooseAndCreate(owner, reqs, skip, buf[:0], out)
+		default:
+			choices, err = a.chooseAndCreateRemote(ctx, owner, reqs, skip, buf[:0], out)
 		}
-		created, err := a.st.CreateAddresses(ctx, recs, fences...)
-		a.settle(choices, created)
-		if err == nil {
-			return created, sourcesOf(choices), nil
+		if err == nil || len(choices) == 0 {
+			return sourcesOf(choices), err
 		}
 		if taken, ok := takenAddr(err); ok {
 			if slices.ContainsFunc(reqs, func(r request) bool { return r.addr == taken }) {
-				return nil, sourcesOf(choices), ErrAllocated
+				return sourcesOf(choices), ErrAllocated
 			}
 			skip = append(skip, taken)
 		} else if cidr, ok := fencedCIDR(err); ok {
 			a.refreshCIDR(ctx, cidr)
 		} else {
-			return nil, sourcesOf(choices), err
+			return sourcesOf(choices), err
 		}
 		if attempt >= maxAttempts {
-			return nil, sourcesOf(choices), err
+			return sourcesOf(choices), err
 		}
 	}
+}
+
+// chooseAndCreate serves reqs over a store.Locked store: under its lock the
+// index is exact, so what is chosen is free and its fence holds, and the
+// store applies the create to the index before the lock is released. It
+// returns the choices, empty if none could be made.
+func (a *Allocator) chooseAndCreate(owner ipaddress.ParentRef, reqs []request, skip []netip.Addr, buf []choice, out *results) ([]choice, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	choices, err := a.chooseLocked(reqs, skip, buf)
+	if err != nil {
+		return nil, err
+	}
+	recs := a.recBuf[:len(choices)]
+	fences := a.fenceBuf[:0]
+	for i, c := range choices {
+		recs[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
+		if !slices.Contains(fences, c.fence) {
+			fences = append(fences, c.fence)
+		}
+	}
+	created, err := a.locked.CreateAddressesLocked(recs, fences)
+	if err == nil {
+		copy(out[:], created)
+	}
+	clear(a.recBuf[:])
+	return choices, err
+}
+
+// chooseAndCreateRemote serves reqs over a store whose watch may lag its
+// writes: the choices are marked pending while the create is in flight, so
+// that concurrent callers of this allocator choose other addresses, and
+// what was created is recorded at once rather than when the watch shows it.
+func (a *Allocator) chooseAndCreateRemote(ctx context.Context, owner ipaddress.ParentRef, reqs []request, skip []netip.Addr, buf []choice, out *results) ([]choice, error) {
+	a.mu.Lock()
+	choices, err := a.chooseLocked(reqs, skip, buf)
+	for _, c := range choices {
+		a.pending = append(a.pending, c.addr)
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]ipaddress.IPAddress, len(choices))
+	fences := make([]store.Fence, 0, len(choices))
+	for i, c := range choices {
+		recs[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
+		if !slices.Contains(fences, c.fence) {
+			fences = append(fences, c.fence)
+		}
+	}
+	created, err := a.st.CreateAddresses(ctx, recs, fences...)
+	a.settle(choices, created)
+	if err == nil {
+		copy(out[:], created)
+	}
+	return choices, err
 }
 
 // takenAddr returns the address a create found held. It is a function of
@@ -361,11 +431,8 @@ func fencedCIDR(err error) (string, bool) {
 	return "", false
 }
 
-// choose picks an address for every request, appended to out, and marks
-// them pending.
-func (a *Allocator) choose(reqs []request, skip []netip.Addr, out []choice) ([]choice, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// chooseLocked picks an address for every request, appended to out.
+func (a *Allocator) chooseLocked(reqs []request, skip []netip.Addr, out []choice) ([]choice, error) {
 	for _, r := range reqs {
 		var c choice
 		var err error
@@ -375,19 +442,11 @@ func (a *Allocator) choose(reqs []request, skip []netip.Addr, out []choice) ([]c
 			c, err = a.chooseNextLocked(r.family, skip)
 		}
 		if err != nil {
-			a.unpendLocked(out)
 			return nil, err
 		}
-		a.pending = append(a.pending, c.addr)
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-func (a *Allocator) unpend(cs []choice) {
-	a.mu.Lock()
-	a.unpendLocked(cs)
-	a.mu.Unlock()
 }
 
 func (a *Allocator) unpendLocked(cs []choice) {
@@ -559,14 +618,15 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 	if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
 		return err
 	}
+	if a.dyingCount.Load() == 0 {
+		return nil
+	}
 	var dying []string
 	a.mu.Lock()
-	if a.dying > 0 {
-		x := u128.FromAddr(addr)
-		for _, pl := range a.poolList[famIndex(addr)] {
-			if pl.contains(x) {
-				dying = append(dying, pl.dying...)
-			}
+	x := u128.FromAddr(addr)
+	for _, pl := range a.poolList[famIndex(addr)] {
+		if pl.contains(x) {
+			dying = append(dying, pl.dying...)
 		}
 	}
 	a.mu.Unlock()

@@ -604,14 +604,20 @@ func TestInvalidInputIsATypedError(t *testing.T) {
 
 func errOf[T any](_ T, err error) error { return err }
 
+// unlockedStore hides the memory store's store.Locked side, so that an
+// allocator over it takes the path it takes over a remote store: its own
+// lock, choices marked in flight, created records applied at once.
+type unlockedStore struct{ store.Store }
+
 // Two allocators over one store behave like two apiservers over one etcd:
-// they never hand out the same address.
+// they never hand out the same address. One shares the memory store's lock,
+// the other takes the remote-store path.
 func TestTwoAllocatorsOverOneStoreNeverCollide(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
 	var as []*allocator.Allocator
-	for range 2 {
-		a, err := allocator.New(ctx, st)
+	for _, s := range []store.Store{st, unlockedStore{st}} {
+		a, err := allocator.New(ctx, s)
 		if err != nil {
 			t.Fatal(err)
 		}

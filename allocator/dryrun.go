@@ -20,11 +20,9 @@ func (a *Allocator) DryRun() DryRun { return DryRun{a} }
 // AllocateNext returns the address AllocateNext would choose now. With a
 // random strategy the real call may choose another.
 func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (netip.Addr, error) {
-	recs, err := d.a.allocate(ctx, owner, []request{{family: f}}, true)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	return recs[0].Addr, nil
+	var out results
+	err := d.a.allocate(ctx, owner, []request{{family: f}}, true, &out)
+	return out[0].Addr, err
 }
 
 // Allocate reports whether Allocate(addr, owner) would succeed now.
@@ -32,7 +30,8 @@ func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.P
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return err
 	}
-	if _, err := d.a.allocate(ctx, owner, []request{{addr: addr}}, true); err != nil {
+	var out results
+	if err := d.a.allocate(ctx, owner, []request{{addr: addr}}, true, &out); err != nil {
 		return err
 	}
 	if _, err := d.a.st.GetAddress(ctx, addr); err == nil {

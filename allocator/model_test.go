@@ -13,6 +13,7 @@ import (
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/memory"
 )
 
@@ -96,10 +97,11 @@ func TestAllocatorFollowsTheModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		st := memory.New()
-		// Two allocators share the store, like two apiservers.
+		// Two allocators share the store, like two apiservers: one shares
+		// its lock, the other takes the remote-store path.
 		var as []*allocator.Allocator
-		for range 2 {
-			a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+		for _, s := range []store.Store{st, unlockedStore{st}} {
+			a, err := allocator.New(ctx, s, allocator.WithStrategy(allocator.Sequential()))
 			if err != nil {
 				rt.Fatal(err)
 			}

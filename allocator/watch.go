@@ -26,8 +26,8 @@ func (w watcher) Reset(s store.Snapshot) {
 		slices.SortFunc(nums[f], u128.U128.Cmp)
 		nums[f] = slices.Compact(nums[f])
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockForWatch()
+	defer a.unlockForWatch()
 	for f := range nums {
 		// Sorted and unique: Reset cannot fail.
 		_ = a.used[f].Reset(nums[f])
@@ -41,8 +41,8 @@ func (w watcher) Reset(s store.Snapshot) {
 
 func (w watcher) Apply(e store.Event) {
 	a := w.a
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lockForWatch()
+	defer a.unlockForWatch()
 	switch e.Kind {
 	case store.AddressPut:
 		a.markUsedLocked(e.Address.Addr)
@@ -63,6 +63,20 @@ func (w watcher) Apply(e store.Event) {
 		a.syncPoolsLocked()
 	}
 	a.advanceLocked(e.Revision)
+}
+
+// lockForWatch locks mu for Reset and Apply, unless the store calls them
+// holding it already (store.Locked).
+func (a *Allocator) lockForWatch() {
+	if a.locked == nil {
+		a.mu.Lock()
+	}
+}
+
+func (a *Allocator) unlockForWatch() {
+	if a.locked == nil {
+		a.mu.Unlock()
+	}
 }
 
 // advanceLocked records that the index reflects revision rev.
@@ -137,6 +151,7 @@ func (a *Allocator) syncPoolsLocked() {
 	}
 	a.live = [2][]liveSource{}
 	a.dying = 0
+	defer func() { a.dyingCount.Store(int32(a.dying)) }()
 	for _, c := range a.index.All() {
 		if c.Terminating {
 			a.dying++

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -120,6 +121,22 @@ type Store interface {
 
 	// Close releases the store's resources. Later calls return ErrClosed.
 	Close() error
+}
+
+// Locked is implemented by in-process stores (store/memory) whose watchers
+// run synchronously in the writer, under the store's lock. A watcher that
+// takes that same lock for its own readers sees every write applied
+// whenever it holds it, so an allocator can choose an address and create it
+// in one critical section: nothing in flight to track, no lost race to
+// retry, one lock per allocation.
+type Locked interface {
+	Store
+	// Mutex returns the lock the store holds while it writes and while it
+	// calls its watchers' Reset and Apply, which therefore must not lock it.
+	Mutex() *sync.Mutex
+	// CreateAddressesLocked is CreateAddresses for a caller holding Mutex.
+	// It sets Created and Revision in recs itself and returns recs.
+	CreateAddressesLocked(recs []ipaddress.IPAddress, fences []Fence) ([]ipaddress.IPAddress, error)
 }
 
 // Snapshot is the whole state of a store at one revision.

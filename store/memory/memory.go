@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netipam/netipam/cidrset"
@@ -23,7 +24,8 @@ import (
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock sets the clock that stamps Created (for tests).
+// WithClock sets the clock that stamps Created (for tests). By default the
+// store reads time.Now at most about once a second (see seconds).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // Store is an in-memory store.Store. The zero value is not usable; call New.
@@ -31,7 +33,8 @@ type Store struct {
 	mu       sync.Mutex
 	closed   bool
 	rev      int64
-	now      func() time.Time
+	now      func() time.Time // nil: clock
+	clock    seconds
 	cidrs    map[string]cidrset.CIDR
 	addrs    *records
 	watchers []*watcher // a slice: notify runs on every write
@@ -42,12 +45,49 @@ type watcher struct {
 	w   store.Watcher
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Locked = (*Store)(nil)
+
+// Mutex implements store.Locked: the store writes and calls its watchers
+// with it held.
+func (s *Store) Mutex() *sync.Mutex { return &s.mu }
+
+// unix returns the time to stamp on a record, in Unix seconds.
+func (s *Store) unix() int64 {
+	if s.now != nil {
+		return s.now().Unix()
+	}
+	return s.clock.now()
+}
+
+func (s *Store) time() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// seconds is a clock of one-second resolution, the precision a record
+// keeps, that reads time.Now at most about once a second: time.Now costs
+// as much as the rest of a create on some virtual machines. A timer
+// armed at the next whole second marks the cached value stale; the zero
+// value is stale. Callers hold the store's lock.
+type seconds struct {
+	cached atomic.Int64 // Unix seconds, 0 when stale
+}
+
+func (c *seconds) now() int64 {
+	if sec := c.cached.Load(); sec != 0 {
+		return sec
+	}
+	t := time.Now()
+	c.cached.Store(t.Unix())
+	time.AfterFunc(time.Second-time.Duration(t.Nanosecond()), func() { c.cached.Store(0) })
+	return t.Unix()
+}
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		now:   time.Now,
 		cidrs: make(map[string]cidrset.CIDR),
 		addrs: newRecords(),
 	}
@@ -89,7 +129,7 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	}
 	s.rev++
 	c = c.Clone()
-	c.Created = s.now()
+	c.Created = s.time()
 	c.Revision = s.rev
 	s.cidrs[c.Name] = c
 	s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
@@ -169,6 +209,18 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	return s.createAddresses(recs, fences)
+}
+
+// CreateAddressesLocked implements store.Locked.
+func (s *Store) CreateAddressesLocked(recs []ipaddress.IPAddress, fences []store.Fence) ([]ipaddress.IPAddress, error) {
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	return s.createAddresses(recs, fences)
+}
+
+func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence) ([]ipaddress.IPAddress, error) {
 	var batch map[netip.Addr]bool // duplicates within a large batch
 	if len(recs) > 8 {
 		batch = make(map[netip.Addr]bool, len(recs))
@@ -194,7 +246,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		return nil, err
 	}
 	s.rev++
-	now := s.now().Unix()
+	now := s.unix()
 	for _, f := range fences {
 		if f.Touch {
 			c := s.cidrs[f.CIDR]
