@@ -27,6 +27,7 @@ import (
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/finalizer"
+	"github.com/netipam/netipam/internal/bitmap"
 	"github.com/netipam/netipam/internal/runset"
 	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
@@ -100,7 +101,7 @@ type Allocator struct {
 	revWait  chan struct{} // closed when rev advances, if someone waits
 	waiters  int
 	index    *cidrset.Index
-	used     [2]runset.Set // allocated addresses per family, as applied
+	sparse   [2]runset.Set // used addresses in no dense pool, per family (used.go)
 	excluded [2]runset.Set
 	// pending holds the addresses chosen whose creation is in flight: a
 	// slice, since there are at most as many as concurrent callers.
@@ -135,6 +136,9 @@ type pool struct {
 	used        u128.U128 // allocated within [first, last]
 	excluded    u128.U128 // excluded within [first, last]
 	dying       []string  // Terminating CIDRs with this prefix
+	// bits holds the used addresses of [first, last], offset by first,
+	// when the pool is dense (used.go); nil otherwise.
+	bits *bitmap.Bitmap
 }
 
 func (p *pool) contains(x u128.U128) bool {
@@ -587,7 +591,7 @@ func (a *Allocator) searchBandLocked(fam int, lo, hi u128.U128, skip []netip.Add
 // the loop runs at most once per excluded run, pending and skipped address.
 func (a *Allocator) nextFreeLocked(fam int, from, to u128.U128, skip []netip.Addr) (u128.U128, bool) {
 	for {
-		x, ok := a.used[fam].NextFree(from, to)
+		x, ok := a.nextUnusedLocked(fam, from, to)
 		if !ok {
 			return x, false
 		}

@@ -18,10 +18,13 @@ import (
 )
 
 // The prefixes the model draws from: small enough to fill, overlapping and
-// identical on purpose, both families.
+// identical on purpose, both families; and one per family too large for a
+// bitmap (see used.go), covering the small ones, so that addresses move
+// between the two kinds of index as CIDRs come and go.
 var modelPrefixes = []string{
 	"10.0.0.0/28", "10.0.0.0/27", "10.0.0.16/28", "10.0.0.0/28",
 	"10.0.1.0/30", "fd00::/124", "fd00::/123", "fd00::10/124",
+	"10.0.0.0/7", "fd00::/100",
 }
 
 type modelCIDR struct {

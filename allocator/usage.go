@@ -58,7 +58,7 @@ func (a *Allocator) poolUsageLocked(pl *pool) Usage {
 		// Excluded addresses that are not allocated are not free either.
 		for lo, hi := range a.excluded[pl.fam].Ranges(pl.first, pl.last) {
 			n := hi.Sub(lo).Inc()
-			free = free.Sub(n.Sub(a.used[pl.fam].Count(lo, hi)))
+			free = free.Sub(n.Sub(a.usedCountLocked(pl.fam, lo, hi)))
 		}
 	}
 	u.Free = cidrset.Count(free)
@@ -68,7 +68,7 @@ func (a *Allocator) poolUsageLocked(pl *pool) Usage {
 // FamilyUsage returns the usage of the union of the live CIDRs' prefixes of
 // family f: overlapping CIDRs count each address once. Terminating CIDRs
 // are left out: they offer nothing new. It costs O(CIDRs + used runs in
-// them).
+// them), and a word read per 64 addresses of dense pools.
 func (a *Allocator) FamilyUsage(f ipaddress.Family) Usage {
 	fam, ok := famOf(f)
 	if !ok {
@@ -92,9 +92,9 @@ func (a *Allocator) FamilyUsage(f ipaddress.Family) Usage {
 	for _, r := range set.Ranges() {
 		lo, hi := u128.FromAddr(r.From()), u128.FromAddr(r.To())
 		size = size.Add(hi.Sub(lo).Inc())
-		used = used.Add(a.used[fam].Count(lo, hi))
+		used = used.Add(a.usedCountLocked(fam, lo, hi))
 		for elo, ehi := range a.excluded[fam].Ranges(lo, hi) {
-			excludedFree = excludedFree.Add(ehi.Sub(elo).Inc().Sub(a.used[fam].Count(elo, ehi)))
+			excludedFree = excludedFree.Add(ehi.Sub(elo).Inc().Sub(a.usedCountLocked(fam, elo, ehi)))
 		}
 	}
 	return Usage{Size: cidrset.Count(size), Used: cidrset.Count(used), Free: cidrset.Count(size.Sub(used).Sub(excludedFree))}

@@ -28,12 +28,15 @@ func (w watcher) Reset(s store.Snapshot) {
 	}
 	a.lockForWatch()
 	defer a.unlockForWatch()
+	// Every address goes to sparse first; the dense pools, built anew,
+	// take theirs.
 	for f := range nums {
 		// Sorted and unique: Reset cannot fail.
-		_ = a.used[f].Reset(nums[f])
+		_ = a.sparse[f].Reset(nums[f])
 	}
 	a.index = cidrset.NewIndex(s.CIDRs)
 	a.pools = map[netip.Prefix]*pool{}
+	a.poolList = [2][]*pool{}
 	a.syncPoolsLocked()
 	a.advanceLocked(s.Revision)
 	a.kickReconciler()
@@ -91,39 +94,9 @@ func (a *Allocator) advanceLocked(rev int64) {
 	}
 }
 
-// markUsedLocked adds addr to the used set and its pools' counters.
-func (a *Allocator) markUsedLocked(addr netip.Addr) {
-	x, fam := u128.FromAddr(addr), famIndex(addr)
-	if !a.used[fam].Add(x) {
-		return
-	}
-	for _, pl := range a.poolList[fam] {
-		if pl.contains(x) {
-			pl.used = pl.used.Inc()
-		}
-	}
-}
-
-// markFreeLocked removes addr; it reports whether a Terminating CIDR
-// contains it, so the finalizer should look again.
-func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
-	x, fam := u128.FromAddr(addr), famIndex(addr)
-	if !a.used[fam].Remove(x) {
-		return false
-	}
-	dying := false
-	for _, pl := range a.poolList[fam] {
-		if pl.contains(x) {
-			pl.used = pl.used.Dec()
-			dying = dying || len(pl.dying) > 0
-		}
-	}
-	return dying
-}
-
 // syncPoolsLocked makes the pools match the index's prefixes, building new
-// ones from the used set (O(runs) in the new prefix), and derives what the
-// allocation path reads.
+// ones from the used addresses (O(runs) in the new prefix, plus a bit per
+// address for a dense one), and derives what the allocation path reads.
 func (a *Allocator) syncPoolsLocked() {
 	want := map[netip.Prefix]bool{}
 	for _, c := range a.index.All() {
@@ -131,23 +104,28 @@ func (a *Allocator) syncPoolsLocked() {
 			want[p.Masked()] = true
 		}
 	}
-	for p := range a.pools {
+	for p, pl := range a.pools {
 		if !want[p] {
 			delete(a.pools, p)
+			a.poolList[pl.fam] = slices.DeleteFunc(a.poolList[pl.fam], func(x *pool) bool { return x == pl })
+			if pl.bits != nil {
+				a.dropDenseLocked(pl)
+			}
 		}
 	}
 	for p := range want {
 		if a.pools[p] == nil {
-			a.pools[p] = a.newPoolLocked(p)
+			pl := a.newPoolLocked(p)
+			a.pools[p] = pl
+			// Sorted by first address: denseSegments sweeps in that
+			// order, and a stable order keeps the policy's input stable.
+			list := a.poolList[pl.fam]
+			i, _ := slices.BinarySearchFunc(list, pl, func(x, y *pool) int { return x.first.Cmp(y.first) })
+			a.poolList[pl.fam] = slices.Insert(list, i, pl)
 		}
 	}
-	a.poolList = [2][]*pool{}
 	for _, pl := range a.pools {
 		pl.dying = nil
-		a.poolList[pl.fam] = append(a.poolList[pl.fam], pl)
-	}
-	for f := range a.poolList { // a stable order keeps the policy's input stable
-		slices.SortFunc(a.poolList[f], func(x, y *pool) int { return x.first.Cmp(y.first) })
 	}
 	a.live = [2][]liveSource{}
 	a.dying = 0
@@ -183,8 +161,11 @@ func (a *Allocator) newPoolLocked(p netip.Prefix) *pool {
 		pl.lowerLast = u128.FromAddr(lower.To())
 	}
 	pl.size = pl.last.Sub(pl.first).Inc()
-	pl.used = a.used[pl.fam].Count(pl.first, pl.last)
+	pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
 	pl.excluded = a.excluded[pl.fam].Count(pl.first, pl.last)
+	if pl.size.Hi == 0 && pl.size.Lo <= denseMax {
+		a.fillDenseLocked(pl)
+	}
 	return pl
 }
 
@@ -281,8 +262,8 @@ func (v view) Used(p netip.Prefix) []netipx.IPRange {
 	}
 	is4 := p.Addr().Is4()
 	var out []netipx.IPRange
-	for lo, hi := range a.used[famIndex(p.Addr())].Ranges(u128.FromAddr(host.From()), u128.FromAddr(host.To())) {
-		out = append(out, netipx.IPRangeFrom(lo.Addr(is4), hi.Addr(is4)))
+	for _, r := range a.usedRangesLocked(famIndex(p.Addr()), u128.FromAddr(host.From()), u128.FromAddr(host.To())) {
+		out = append(out, netipx.IPRangeFrom(r[0].Addr(is4), r[1].Addr(is4)))
 	}
 	return out
 }

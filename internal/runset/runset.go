@@ -610,6 +610,54 @@ func (s *Set) Remove(x u128.U128) bool {
 	return true
 }
 
+// RemoveRange removes every value of [lo, hi] and returns how many there
+// were. O(k log n) for the k runs it touches; a run that [lo, hi] cuts in
+// the middle is split in two.
+func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
+	var removed u128.U128
+	for !hi.Less(lo) {
+		var c cursor
+		if !c.first(s, lo) {
+			break
+		}
+		l, i := c.lf, c.i
+		start, end := l.starts[i], l.ends[i]
+		if hi.Less(start) {
+			break
+		}
+		a, b := u128.MaxOf(start, lo), u128.Min(end, hi)
+		n := b.Sub(a).Inc()
+		removed = removed.Add(n)
+		s.n = s.n.Sub(n)
+		s.gen++
+		switch {
+		case start == a && end == b:
+			l.cut(i, i+1)
+			s.runs--
+			if l.n == 0 {
+				s.removeLeaf(&c)
+			} else if i == 0 {
+				c.fixMin(c.depth, l.starts[0])
+			}
+		case start == a:
+			l.starts[i] = b.Inc()
+			if i == 0 {
+				c.fixMin(c.depth, l.starts[i])
+			}
+		case end == b:
+			l.ends[i] = a.Dec()
+		default:
+			l.ends[i] = a.Dec()
+			s.insertAt(&c, i+1, b.Inc(), end)
+		}
+		if b == hi {
+			break
+		}
+		lo = b.Inc()
+	}
+	return removed
+}
+
 // ErrNotSorted is returned by Reset when its input is not strictly ascending.
 var ErrNotSorted = errors.New("runset: values not sorted ascending and unique")
 

@@ -510,6 +510,24 @@ func (m model) remove(x u128.U128) model {
 	return out
 }
 
+// removeRange removes [lo, hi] (lo <= hi) from every run.
+func (m model) removeRange(lo, hi u128.U128) model {
+	var out model
+	for _, r := range m {
+		if hi.Less(r[0]) || r[1].Less(lo) {
+			out = append(out, r)
+			continue
+		}
+		if r[0].Less(lo) {
+			out = append(out, rng{r[0], lo.Dec()})
+		}
+		if hi.Less(r[1]) {
+			out = append(out, rng{hi.Inc(), r[1]})
+		}
+	}
+	return out
+}
+
 func (m model) runAt(x u128.U128) (rng, bool) {
 	for _, r := range m {
 		if !x.Less(r[0]) && !r[1].Less(x) {
@@ -620,6 +638,17 @@ func TestProperty(t *testing.T) {
 					t.Fatalf("Remove(%v) = %v", x, got)
 				}
 				m = m.remove(x)
+			},
+			"RemoveRange": func(t *rapid.T) {
+				lo, hi := val.Draw(t, "lo"), val.Draw(t, "hi")
+				want := u128.U128{}
+				if !hi.Less(lo) {
+					want = size(m).Sub(size(m.removeRange(lo, hi)))
+					m = m.removeRange(lo, hi)
+				}
+				if got := s.RemoveRange(lo, hi); got != want {
+					t.Fatalf("RemoveRange(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
 			},
 			"AddRange": func(t *rapid.T) {
 				lo, hi := val.Draw(t, "lo"), val.Draw(t, "hi")

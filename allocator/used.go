@@ -1,0 +1,213 @@
+package allocator
+
+import (
+	"iter"
+	"net/netip"
+	"slices"
+
+	"github.com/netipam/netipam/internal/bitmap"
+	"github.com/netipam/netipam/internal/u128"
+)
+
+// The used addresses of a family are kept in two places, by where they are:
+//
+//   - a dense pool (one of at most denseMax addresses, so every IPv4 prefix
+//     of /8 or longer and IPv6 of /104 or longer) holds a bitmap of its
+//     range: an address inside one or more dense pools is used iff its bit
+//     is set, and every dense pool containing it agrees;
+//   - a.sparse holds, as runs, exactly the used addresses inside no dense
+//     pool: those of huge IPv6 pools and those outside every CIDR.
+//
+// A bit per address is smaller than a run per address as soon as a range
+// is a few percent used, and it finds a free address in the same few word
+// reads at any fill; runs keep a /64 that holds ten addresses small.
+
+// denseMax is the largest pool, in addresses, that gets a bitmap (2 MiB).
+const denseMax = 1 << 24
+
+// denseAtLocked returns a dense pool containing x, or nil.
+func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
+	for _, pl := range a.poolList[fam] {
+		if pl.bits != nil && pl.contains(x) {
+			return pl
+		}
+	}
+	return nil
+}
+
+// markUsedLocked adds addr to the used addresses and its pools' counters.
+func (a *Allocator) markUsedLocked(addr netip.Addr) {
+	x, fam := u128.FromAddr(addr), famIndex(addr)
+	added, dense := false, false
+	for _, pl := range a.poolList[fam] {
+		if pl.bits != nil && pl.contains(x) {
+			dense = true
+			if pl.bits.Set(x.Sub(pl.first).Lo) {
+				added = true
+			}
+		}
+	}
+	if !dense {
+		added = a.sparse[fam].Add(x)
+	}
+	if !added {
+		return
+	}
+	for _, pl := range a.poolList[fam] {
+		if pl.contains(x) {
+			pl.used = pl.used.Inc()
+		}
+	}
+}
+
+// markFreeLocked removes addr from the used addresses; it reports whether
+// a Terminating CIDR contains it, so the finalizer should look again.
+func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
+	x, fam := u128.FromAddr(addr), famIndex(addr)
+	removed, dense := false, false
+	for _, pl := range a.poolList[fam] {
+		if pl.bits != nil && pl.contains(x) {
+			dense = true
+			if pl.bits.Clear(x.Sub(pl.first).Lo) {
+				removed = true
+			}
+		}
+	}
+	if !dense {
+		removed = a.sparse[fam].Remove(x)
+	}
+	if !removed {
+		return false
+	}
+	dying := false
+	for _, pl := range a.poolList[fam] {
+		if pl.contains(x) {
+			pl.used = pl.used.Dec()
+			dying = dying || len(pl.dying) > 0
+		}
+	}
+	return dying
+}
+
+// denseSegments yields the parts of [lo, hi] inside dense pools, each with
+// one pool that holds its bits, in order and without overlap. poolList is
+// sorted by first address, so a sweep finds them in O(pools).
+func (a *Allocator) denseSegments(fam int, lo, hi u128.U128) iter.Seq2[*pool, [2]u128.U128] {
+	return func(yield func(*pool, [2]u128.U128) bool) {
+		next := lo // the first address not yet yielded
+		for _, pl := range a.poolList[fam] {
+			if pl.bits == nil || pl.last.Less(next) || hi.Less(pl.first) {
+				continue
+			}
+			from := u128.MaxOf(pl.first, next)
+			to := u128.Min(pl.last, hi)
+			if !yield(pl, [2]u128.U128{from, to}) {
+				return
+			}
+			if to == hi {
+				return
+			}
+			next = to.Inc()
+		}
+	}
+}
+
+// usedCountLocked returns how many addresses of [lo, hi] are used.
+func (a *Allocator) usedCountLocked(fam int, lo, hi u128.U128) u128.U128 {
+	n := a.sparse[fam].Count(lo, hi)
+	for pl, seg := range a.denseSegments(fam, lo, hi) {
+		n = n.Add(u128.From64(pl.bits.CountRange(seg[0].Sub(pl.first).Lo, seg[1].Sub(pl.first).Lo)))
+	}
+	return n
+}
+
+// usedRangesLocked returns the used addresses of [lo, hi] as sorted,
+// maximal runs.
+func (a *Allocator) usedRangesLocked(fam int, lo, hi u128.U128) [][2]u128.U128 {
+	var out [][2]u128.U128
+	for s, e := range a.sparse[fam].Ranges(lo, hi) {
+		out = append(out, [2]u128.U128{s, e})
+	}
+	for pl, seg := range a.denseSegments(fam, lo, hi) {
+		for s, e := range pl.bits.Runs(seg[0].Sub(pl.first).Lo, seg[1].Sub(pl.first).Lo) {
+			out = append(out, [2]u128.U128{pl.first.Add64(s), pl.first.Add64(e)})
+		}
+	}
+	slices.SortFunc(out, func(x, y [2]u128.U128) int { return x[0].Cmp(y[0]) })
+	merged := out[:0]
+	for _, r := range out {
+		if n := len(merged); n > 0 && merged[n-1][1] != u128.Max && merged[n-1][1].Inc() == r[0] {
+			merged[n-1][1] = r[1]
+			continue
+		}
+		merged = append(merged, r)
+	}
+	return merged
+}
+
+// nextUnusedLocked returns the first address of [from, to] that is not
+// used. Each round either answers or moves past a whole dense pool.
+func (a *Allocator) nextUnusedLocked(fam int, from, to u128.U128) (u128.U128, bool) {
+	for {
+		x, ok := a.sparse[fam].NextFree(from, to)
+		if !ok {
+			return x, false
+		}
+		pl := a.denseAtLocked(fam, x)
+		if pl == nil {
+			return x, true
+		}
+		// No run of sparse lies in pl: pl's bitmap answers for its range.
+		end := u128.Min(to, pl.last)
+		if off, ok := pl.bits.NextClear(x.Sub(pl.first).Lo, end.Sub(pl.first).Lo); ok {
+			return pl.first.Add64(off), true
+		}
+		if end == to {
+			return u128.U128{}, false
+		}
+		from = end.Inc()
+	}
+}
+
+// fillDenseLocked builds pl's bitmap from the used addresses of its range
+// (before pl counts as dense) and takes them out of sparse.
+func (a *Allocator) fillDenseLocked(pl *pool) {
+	bits := bitmap.New(pl.size.Lo)
+	var moved [][2]u128.U128
+	for _, r := range a.usedRangesLocked(pl.fam, pl.first, pl.last) {
+		for x := r[0]; ; x = x.Inc() {
+			bits.Set(x.Sub(pl.first).Lo)
+			if x == r[1] {
+				break
+			}
+		}
+		moved = append(moved, r)
+	}
+	for _, r := range moved {
+		a.sparse[pl.fam].RemoveRange(r[0], r[1])
+	}
+	pl.bits = bits
+}
+
+// dropDenseLocked hands the used addresses of pl, about to be removed, to
+// sparse where no remaining dense pool holds them. pl must already be out
+// of poolList.
+func (a *Allocator) dropDenseLocked(pl *pool) {
+	for s, e := range pl.bits.Runs(0, pl.size.Lo-1) {
+		lo, hi := pl.first.Add64(s), pl.first.Add64(e)
+		next, done := lo, false
+		for _, seg := range a.denseSegments(pl.fam, lo, hi) {
+			if next.Less(seg[0]) {
+				a.sparse[pl.fam].AddRange(next, seg[0].Dec())
+			}
+			if seg[1] == hi {
+				done = true
+				break
+			}
+			next = seg[1].Inc()
+		}
+		if !done {
+			a.sparse[pl.fam].AddRange(next, hi)
+		}
+	}
+}
