@@ -218,6 +218,9 @@ func ParseParentRef(s string) (ParentRef, error) {
 // name the fields "spec.parentRef.group", "spec.parentRef.resource",
 // "spec.parentRef.namespace" and "spec.parentRef.name", in that order.
 func (p ParentRef) Validate() error {
+	if p.valid() {
+		return nil // the common case, checked without building errors
+	}
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -233,6 +236,15 @@ func (p ParentRef) Validate() error {
 	}
 	add(ValidateDNS1123Subdomain(fieldParentRef+".name", p.Name))
 	return joinErrs(flatten(errs))
+}
+
+// valid is Validate's verdict alone: the same rules, through the same
+// predicates.
+func (p ParentRef) valid() bool {
+	return (p.Group == "" || len(p.Group) <= maxSubdomainLen && isSubdomain(p.Group)) &&
+		len(p.Resource) <= maxLabelLen && isLabel(p.Resource) &&
+		(p.Namespace == "" || len(p.Namespace) <= maxLabelLen && isLabel(p.Namespace)) &&
+		len(p.Name) <= maxSubdomainLen && isSubdomain(p.Name)
 }
 
 // flatten expands joined errors one level, so that the result of
@@ -315,35 +327,50 @@ func ValidateDNS1123Subdomain(field, value string) error {
 	if len(value) > maxSubdomainLen {
 		errs = append(errs, &FieldError{Field: field, Value: value, Detail: fmt.Sprintf(detailMaxLen, maxSubdomainLen)})
 	}
-	ok := true
-	for l := range strings.SplitSeq(value, ".") {
-		if !isLabel(l) {
-			ok = false
-			break
-		}
-	}
-	if !ok {
+	if !isSubdomain(value) {
 		errs = append(errs, &FieldError{Field: field, Value: value, Detail: detailSubdomain})
 	}
 	return joinErrs(errs)
 }
 
+// byteClass maps every byte to 'a' (a lower-case letter or digit), '-',
+// '.', or 0 (anything else): one load per byte in the name checks below.
+const byteClass = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00-.\x00aaaaaaaaaa\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00aaaaaaaaaaaaaaaaaaaaaaaaaa\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+
+// isSubdomain reports whether s is one or more labels joined by '.' (any
+// length; the callers check the length). One pass: a label's edges are the
+// string's ends and its dots, so '-' and '.' must not touch a dot or an end.
+func isSubdomain(s string) bool {
+	prev := byte('.') // the start behaves as a dot
+	for i := 0; i < len(s); i++ {
+		k := byteClass[s[i]]
+		if k != 'a' && (k == 0 || prev == '.' || k == '.' && prev == '-') {
+			return false
+		}
+		prev = k
+	}
+	return prev == 'a'
+}
+
 // isLabel reports whether s matches [a-z0-9]([-a-z0-9]*[a-z0-9])? (any
 // length; the callers check the length).
 func isLabel(s string) bool {
-	if s == "" {
-		return false
-	}
+	prev := byte('.') // the start behaves as an edge
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(s)-1:
-		default:
+		k := byteClass[s[i]]
+		if k != 'a' && (k != '-' || prev == '.') {
 			return false
 		}
+		prev = k
 	}
-	return true
+	return prev == 'a'
 }
 
 // FieldErrors returns the *FieldError values in err, in order, looking

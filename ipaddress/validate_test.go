@@ -3,8 +3,11 @@ package ipaddress
 import (
 	"errors"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 const (
@@ -306,4 +309,26 @@ func TestDNS1123HelpersRequireAValue(t *testing.T) {
 	if err := ValidateDNS1123Subdomain("f", "a-1.b"); err != nil {
 		t.Error(err)
 	}
+}
+
+// The name checks agree with the DNS-1123 grammar written as regular
+// expressions, on strings made of the bytes that matter, and Validate's
+// quick verdict agrees with its full one.
+func TestNameChecksMatchTheGrammar(t *testing.T) {
+	label := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	subdomain := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	gen := rapid.StringOfN(rapid.SampledFrom([]rune("ab09-.A_ é")), 0, 12, -1)
+	rapid.Check(t, func(rt *rapid.T) {
+		s := gen.Draw(rt, "s")
+		if got, want := isLabel(s), label.MatchString(s); got != want {
+			rt.Fatalf("isLabel(%q) = %v, want %v", s, got, want)
+		}
+		if got, want := isSubdomain(s), subdomain.MatchString(s); got != want {
+			rt.Fatalf("isSubdomain(%q) = %v, want %v", s, got, want)
+		}
+		p := ParentRef{Group: gen.Draw(rt, "group"), Resource: gen.Draw(rt, "resource"), Namespace: gen.Draw(rt, "namespace"), Name: s}
+		if p.valid() != (p.Validate() == nil) {
+			rt.Fatalf("%#v: valid() = %v, Validate() = %v", p, p.valid(), p.Validate())
+		}
+	})
 }
