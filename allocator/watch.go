@@ -17,27 +17,40 @@ type watcher struct{ a *Allocator }
 
 func (w watcher) Reset(s store.Snapshot) {
 	a := w.a
-	var nums [2][]u128.U128
-	for _, addr := range s.Addrs {
-		f := famIndex(addr)
-		nums[f] = append(nums[f], u128.FromAddr(addr))
-	}
-	for f := range nums {
-		slices.SortFunc(nums[f], u128.U128.Cmp)
-		nums[f] = slices.Compact(nums[f])
-	}
 	a.lockForWatch()
 	defer a.unlockForWatch()
-	// Every address goes to sparse first; the dense pools, built anew,
-	// take theirs.
-	for f := range nums {
-		// Sorted and unique: Reset cannot fail.
-		_ = a.sparse[f].Reset(nums[f])
-	}
+	// The pools first, over no used address; then every address goes into
+	// the bitmaps of the dense pools containing it, and only the rest is
+	// sorted into sparse.
 	a.index = cidrset.NewIndex(s.CIDRs)
 	a.pools = map[netip.Prefix]*pool{}
 	a.poolList = [2][]*pool{}
+	for f := range a.sparse {
+		_ = a.sparse[f].Reset(nil)
+	}
 	a.syncPoolsLocked()
+	var rest [2][]u128.U128
+	for _, addr := range s.Addrs {
+		x, f := u128.FromAddr(addr), famIndex(addr)
+		dense := false
+		for _, pl := range a.poolList[f] {
+			if pl.bits != nil && pl.contains(x) {
+				pl.bits.Set(x.Sub(pl.first).Lo)
+				dense = true
+			}
+		}
+		if !dense {
+			rest[f] = append(rest[f], x)
+		}
+	}
+	for f := range rest {
+		slices.SortFunc(rest[f], u128.U128.Cmp)
+		// Sorted and unique: Reset cannot fail.
+		_ = a.sparse[f].Reset(slices.Compact(rest[f]))
+	}
+	for _, pl := range a.pools {
+		pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
+	}
 	a.advanceLocked(s.Revision)
 	a.kickReconciler()
 }
