@@ -328,8 +328,10 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 			a.mu.Lock()
 			choices, err = a.chooseLocked(reqs, skip, buf[:0])
 			a.mu.Unlock()
-			for i, c := range choices {
-				out[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
+			if err == nil {
+				for i, c := range choices {
+					out[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
+				}
 			}
 			return sourcesOf(choices), err
 		case a.locked != nil:
@@ -340,8 +342,8 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		default:
 			choices, err = a.chooseAndCreateRemote(ctx, owner, reqs, skip, buf[:0], out)
 		}
-		if err == nil || len(choices) == 0 {
-			return sourcesOf(choices), err
+		if err == nil {
+			return sourcesOf(choices), nil
 		}
 		if taken, ok := takenAddr(err); ok {
 			if slices.ContainsFunc(reqs, func(r request) bool { return r.addr == taken }) {
@@ -368,7 +370,7 @@ func (a *Allocator) chooseAndCreate(owner ipaddress.ParentRef, reqs []request, s
 	defer a.mu.Unlock()
 	choices, err := a.chooseLocked(reqs, skip, buf)
 	if err != nil {
-		return nil, err
+		return choices, err
 	}
 	recs := a.recBuf[:len(choices)]
 	fences := a.fenceBuf[:0]
@@ -393,13 +395,14 @@ func (a *Allocator) chooseAndCreate(owner ipaddress.ParentRef, reqs []request, s
 func (a *Allocator) chooseAndCreateRemote(ctx context.Context, owner ipaddress.ParentRef, reqs []request, skip []netip.Addr, buf []choice, out *results) ([]choice, error) {
 	a.mu.Lock()
 	choices, err := a.chooseLocked(reqs, skip, buf)
+	if err != nil {
+		a.mu.Unlock()
+		return choices, err
+	}
 	for _, c := range choices {
 		a.pending = append(a.pending, c.addr)
 	}
 	a.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
 	recs := make([]ipaddress.IPAddress, len(choices))
 	fences := make([]store.Fence, 0, len(choices))
 	for i, c := range choices {
@@ -435,7 +438,9 @@ func fencedCIDR(err error) (string, bool) {
 	return "", false
 }
 
-// chooseLocked picks an address for every request, appended to out.
+// chooseLocked picks an address for every request, appended to out. On
+// error the last choice has no address, only the CIDR it would have come
+// from, if any (for the observer).
 func (a *Allocator) chooseLocked(reqs []request, skip []netip.Addr, out []choice) ([]choice, error) {
 	for _, r := range reqs {
 		var c choice
@@ -445,10 +450,10 @@ func (a *Allocator) chooseLocked(reqs []request, skip []netip.Addr, out []choice
 		} else {
 			c, err = a.chooseNextLocked(r.family, skip)
 		}
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, c)
+		if err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }
@@ -531,7 +536,7 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 		if x, ok := a.nextInPoolLocked(live[0].pool, skip); ok {
 			return live[0].choice(x), nil
 		}
-		return choice{}, ErrFull
+		return live[0].full(), ErrFull
 	}
 	cands := a.cands[:0]
 	for _, l := range live {
@@ -548,11 +553,23 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 			return live[i].choice(x), nil
 		}
 	}
+	// Every CIDR is full: the policy's first choice is the one to blame.
+	for _, l := range live {
+		if len(cands) > 0 && l.pool.prefix == cands[0].Prefix {
+			return l.full(), ErrFull
+		}
+	}
 	return choice{}, ErrFull
 }
 
 func (l liveSource) choice(x u128.U128) choice {
 	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
+}
+
+// full is the choice of l when it has no free address: no address, only
+// the CIDR, for the observer.
+func (l liveSource) full() choice {
+	return choice{fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
 // nextInPoolLocked finds a free address of pl: upper band first, then lower.

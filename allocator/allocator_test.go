@@ -679,3 +679,43 @@ func TestNewReturnsWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("New over a store that never answers: %v, want DeadlineExceeded", err)
 	}
 }
+
+// recorder is an Observer keeping every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []allocator.AllocationEvent
+}
+
+func (r *recorder) Allocated(ev allocator.AllocationEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+}
+
+// An observer learns where each allocation came from, and for "range is
+// full" which CIDR the policy would have used, so that per-CIDR error
+// metrics name it.
+func TestObserverNamesTheCIDROfEveryOutcome(t *testing.T) {
+	rec := &recorder{}
+	a, _ := newAllocator(t, []string{"old=10.0.0.0/30", "new=10.0.1.0/30"}, allocator.WithObserver(rec), allocator.WithStrategy(allocator.Sequential()))
+	ctx := context.Background()
+	for i := range 4 { // two usable addresses per /30
+		if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc(fmt.Sprint("s", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("s4")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("fifth allocation: %v, want ErrFull", err)
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv6, svc("s5")); !errors.Is(err, allocator.ErrMismatch) {
+		t.Fatalf("IPv6 without an IPv6 CIDR: %v, want ErrMismatch", err)
+	}
+	var got []string
+	for _, ev := range rec.events {
+		got = append(got, fmt.Sprintf("%s %v", ev.CIDR, ev.Err != nil))
+	}
+	want := []string{"old false", "old false", "new false", "new false", "old true", " true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events (cidr, failed) = %q, want %q", got, want)
+	}
+}

@@ -19,8 +19,9 @@ const (
 type AllocationEvent struct {
 	Scope  Scope
 	Family ipaddress.Family
-	// CIDR is the CIDR the address was (or would have been) taken from;
-	// empty when none was chosen.
+	// CIDR is the CIDR the address was (or would have been) taken from:
+	// for "range is full", the one the policy would have tried first;
+	// empty when no live CIDR serves the request.
 	CIDR     string
 	Err      error
 	Duration time.Duration

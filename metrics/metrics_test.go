@@ -100,7 +100,7 @@ netipam_allocator_allocation_total{cidr="kubernetes",scope="dynamic"} 13
 netipam_allocator_allocation_total{cidr="kubernetes",scope="static"} 1
 # HELP netipam_allocator_allocation_errors_total Number of errors trying to allocate IPs, per CIDR (empty when none was chosen) and scope
 # TYPE netipam_allocator_allocation_errors_total counter
-netipam_allocator_allocation_errors_total{cidr="",scope="dynamic"} 1
+netipam_allocator_allocation_errors_total{cidr="kubernetes",scope="dynamic"} 1
 netipam_allocator_allocation_errors_total{cidr="kubernetes",scope="static"} 1
 `, "netipam_allocator_allocated_ips", "netipam_allocator_available_ips", "netipam_allocator_allocation_total", "netipam_allocator_allocation_errors_total")
 
