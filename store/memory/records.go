@@ -1,70 +1,112 @@
 package memory
 
 import (
+	"encoding/binary"
 	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/netipam/netipam/ipaddress"
 )
 
-// records holds the address records in pointer-free maps, so the garbage
-// collector never scans them and a record costs tens of bytes, not
-// hundreds: owner names live in a chunked byte arena, the group, resource
-// and namespace of an owner (its scope, shared by many owners) are interned,
-// and the owner index maps an owner's hash to its address.
+// records holds the address records in a few pointer-free arrays, so the
+// garbage collector never scans them and a record costs a few tens of bytes
+// on top of its owner's name.
+//
+// Layout. Every record is one immutable entry in an append-only byte arena
+// (see arena), named by its arena offset, a uint32:
+//
+//	uvarint(scope<<1 | is6) | address (4 or 16 bytes) | uvarint(revision) |
+//	uvarint(created - base) | uvarint(len(name)) | name
+//
+// The scope is the interned group, resource and namespace of the owner;
+// created is Unix seconds as a uint32, stored as its distance from the first
+// one seen (base), modulo 2^32, so it is a few bytes, not five.
+//
+// Three hash tables of arena offsets index the entries: v4 and v6 by
+// address, owners by owner (scope and name), one slot per record, so an
+// owner with several addresses (dual-stack, or hundreds) has several slots,
+// all with the same hash. A table slot is the offset (4 bytes), its probe
+// distance (1 byte) and, in the address tables, 8 more bits of the hash (a
+// tag, so a lookup reads the arena of almost only the entry it wants): 6
+// bytes per address slot, 5 per owner slot.
+//
+// The tables are open-addressing Robin Hood tables with linear probing and
+// backward-shift deletion, so there are no tombstones and churn at a
+// constant size leaves them as they were. Their size is any integer, not a
+// power of two (the home slot of a hash h is h*size/2^64), so that growth
+// can be by a quarter: at most 9/10 of the slots are full, and a table that
+// fills grows, all at once, to 5/4 of its size, so the load stays in
+// [0.72, 0.9] whatever the number of records. Growth rehashes every entry,
+// which reads its address or owner from the arena; amortized, that is four
+// entries per insertion. It is done at once, not incrementally: at a
+// million records the put that grows a table stalls for 0.1 to 0.2 s (both
+// tables of a family may grow on the same put), in exchange for lookups
+// that look in one table only.
+//
+// Per record, then: its entry, the name plus about 12 bytes for IPv4
+// (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
+// the first, name length 1) and 24 for IPv6, and 6/load + 5/load bytes of
+// slots, 12 to 15.
+//
+// Deleting a record turns its entry into waste; when the waste outgrows the
+// live entries, compact copies the live ones into a fresh arena and rebuilds
+// the owner table (and shrinks the tables if they are mostly empty).
 type records struct {
-	byAddr map[addrKey]entry
-	// byOwner maps an owner hash to one address of it; further addresses
-	// (dual-stack owners, hash collisions) go to moreOwner.
-	byOwner   map[uint64]addrKey
-	moreOwner map[uint64][]addrKey
-	seed      maphash.Seed
-	scopes    []scope
-	scopeIDs  map[scope]uint32
-	last      uint32 // the scope looked up last: most writes repeat it
-	arena     arena
+	v4, v6 offTable
+	owners offTable
+	arena  arena
+
+	seed      uint64       // of the address hash
+	ownerSeed maphash.Seed // of the owner hash
+	// mask is ANDed into every hash: all ones, except in tests that force
+	// collisions.
+	mask uint64
+	// compactAt is the waste in bytes below which the arena is never
+	// compacted; tests lower it.
+	compactAt int
+
+	base    uint32 // created values are stored as created - base
+	hasBase bool
+
+	scopes   []scope
+	scopeIDs map[scope]uint32
+	last     uint32 // the scope looked up last: most writes repeat it
 }
-
-// addrKey is an address in 16-byte form; IPv4-mapped addresses are never
-// stored, so IPv4 addresses cannot collide with IPv6 ones.
-type addrKey [16]byte
-
-func keyOf(a netip.Addr) addrKey { return a.As16() }
-
-func (k addrKey) addr() netip.Addr { return netip.AddrFrom16(k).Unmap() }
 
 type scope struct{ group, resource, namespace string }
 
-// entry is one record without its address. Created is kept in Unix
-// seconds, the precision of a Kubernetes creationTimestamp.
-type entry struct {
-	rev     int64
-	name    uint32 // arena offset of the owner's name
-	scope   uint32
-	created uint32
-	nameLen uint16
-}
+// entry names one record: its arena offset.
+type entry struct{ off uint32 }
 
 func newRecords() *records {
-	return &records{
-		byAddr:    map[addrKey]entry{},
-		byOwner:   map[uint64]addrKey{},
-		moreOwner: map[uint64][]addrKey{},
-		seed:      maphash.MakeSeed(),
+	r := &records{
+		seed:      rand.Uint64(),
+		ownerSeed: maphash.MakeSeed(),
+		mask:      ^uint64(0),
+		compactAt: 1 << chunkBits,
 		scopeIDs:  map[scope]uint32{},
 	}
+	r.v4, r.v6 = newTable(addrSlot, 0), newTable(addrSlot, 0)
+	r.owners = newTable(ownerSlot, 0)
+	return r
 }
 
-func (r *records) len() int { return len(r.byAddr) }
+func (r *records) len() int { return r.v4.n + r.v6.n }
 
 func unixTime(sec int64) time.Time { return time.Unix(sec, 0) }
 
-func (r *records) has(a netip.Addr) bool {
-	_, ok := r.byAddr[keyOf(a)]
-	return ok
+func (r *records) table(a netip.Addr) *offTable {
+	if a.Is4() {
+		return &r.v4
+	}
+	return &r.v6
 }
+
+func (r *records) has(a netip.Addr) bool { return r.find(r.table(a), a) >= 0 }
 
 func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
 	s := scope{p.Group, p.Resource, p.Namespace}
@@ -81,71 +123,74 @@ func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
 	return id
 }
 
-func (r *records) ownerHash(scopeID uint32, name string) uint64 {
-	// Mixing the scope in after hashing the name keeps this one
-	// maphash.String call: a streaming maphash.Hash costs several times more.
-	return maphash.String(r.seed, name) ^ (uint64(scopeID)+1)*0x9e3779b97f4a7c15
-}
-
 // put stores a record; the caller checked the address is free.
 func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
-	k := keyOf(a)
 	sid := r.scopeID(p)
-	off := r.arena.add(p.Name)
-	r.byAddr[k] = entry{rev: rev, name: off, scope: sid, created: uint32(created), nameLen: uint16(len(p.Name))}
-	h := r.ownerHash(sid, p.Name)
-	if _, taken := r.byOwner[h]; taken {
-		r.moreOwner[h] = append(r.moreOwner[h], k)
-	} else {
-		r.byOwner[h] = k
+	if !r.hasBase {
+		r.base, r.hasBase = uint32(created), true
 	}
+	var key []byte
+	hdr := uint64(sid) << 1
+	if a.Is4() {
+		k := a.As4()
+		key = k[:]
+	} else {
+		k := a.As16()
+		key = k[:]
+		hdr |= 1
+	}
+	// Room first: a growth may read every entry in the arena, and this one
+	// is not in the tables yet.
+	t := r.table(a)
+	r.reserve(t)
+	r.reserve(&r.owners)
+	off := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, p.Name)
+	r.insert(t, r.addrHash(key), off)
+	r.insert(&r.owners, r.ownerHash(sid, p.Name), off)
 }
 
 func (r *records) get(a netip.Addr) (ipaddress.IPAddress, bool) {
-	e, ok := r.byAddr[keyOf(a)]
-	if !ok {
+	t := r.table(a)
+	i := r.find(t, a)
+	if i < 0 {
 		return ipaddress.IPAddress{}, false
 	}
-	return r.record(a, e), true
+	return r.record(a, entry{t.off(i)}), true
 }
 
 func (r *records) record(a netip.Addr, e entry) ipaddress.IPAddress {
-	s := r.scopes[e.scope]
+	return r.recordOf(a, r.parse(e.off))
+}
+
+func (r *records) recordOf(a netip.Addr, f fields) ipaddress.IPAddress {
+	s := r.scopes[f.sid]
 	return ipaddress.IPAddress{
 		Addr:     a,
-		Parent:   ipaddress.ParentRef{Group: s.group, Resource: s.resource, Namespace: s.namespace, Name: string(r.arena.bytes(e.name, e.nameLen))},
-		Created:  unixTime(int64(e.created)),
-		Revision: e.rev,
+		Parent:   ipaddress.ParentRef{Group: s.group, Resource: s.resource, Namespace: s.namespace, Name: f.name},
+		Created:  unixTime(int64(f.created)),
+		Revision: int64(f.rev),
 	}
 }
 
 // delete removes the record of a and returns it.
 func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
-	k := keyOf(a)
-	e, ok := r.byAddr[k]
-	if !ok {
+	t := r.table(a)
+	i := r.find(t, a)
+	if i < 0 {
 		return ipaddress.IPAddress{}, false
 	}
-	rec := r.record(a, e)
-	delete(r.byAddr, k)
-	h := r.ownerHash(e.scope, rec.Parent.Name)
-	more := r.moreOwner[h]
-	switch {
-	case r.byOwner[h] == k && len(more) == 0:
-		delete(r.byOwner, h)
-	case r.byOwner[h] == k:
-		r.byOwner[h] = more[len(more)-1]
-		more = more[:len(more)-1]
-	default:
-		more = slices.DeleteFunc(more, func(x addrKey) bool { return x == k })
+	off := t.off(i)
+	f := r.parse(off)
+	rec := r.recordOf(a, f) // its name stays valid: see arena
+	r.removeAt(t, i)
+	o := &r.owners
+	j := r.home(o, r.ownerHash(f.sid, f.name))
+	for o.off(j) != off {
+		j = o.next(j)
 	}
-	if len(more) == 0 {
-		delete(r.moreOwner, h)
-	} else {
-		r.moreOwner[h] = more
-	}
-	r.arena.free(int(e.nameLen))
-	if r.arena.wasteful() {
+	r.removeAt(o, j)
+	r.arena.free(f.size)
+	if r.arena.waste >= r.compactAt && r.arena.waste > r.arena.live {
 		r.compact()
 	}
 	return rec, true
@@ -154,74 +199,502 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 // of returns the records owned by p.
 func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	sid, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]
-	if !ok {
-		return nil
-	}
-	h := r.ownerHash(sid, p.Name)
-	first, ok := r.byOwner[h]
-	if !ok {
+	if !ok || r.owners.n == 0 {
 		return nil
 	}
 	var out []ipaddress.IPAddress
-	for _, k := range append([]addrKey{first}, r.moreOwner[h]...) {
-		e := r.byAddr[k]
-		if e.scope == sid && string(r.arena.bytes(e.name, e.nameLen)) == p.Name {
-			out = append(out, r.record(k.addr(), e))
+	t := &r.owners
+	i := r.home(t, r.ownerHash(sid, p.Name))
+	for d := 0; t.off(i) != 0; d++ {
+		rd := r.dist(t, i)
+		if rd < d {
+			break
 		}
+		if rd == d { // same home slot: maybe p's
+			if f := r.parse(t.off(i)); f.sid == sid && f.name == p.Name {
+				out = append(out, r.recordOf(f.addr(), f))
+			}
+		}
+		i = t.next(i)
 	}
 	return out
 }
 
 // all calls fn for every record, in no order.
 func (r *records) all(fn func(netip.Addr, entry)) {
-	for k, e := range r.byAddr {
-		fn(k.addr(), e)
+	for _, t := range [...]*offTable{&r.v4, &r.v6} {
+		for i := range t.size {
+			if off := t.off(i); off != 0 {
+				fn(r.parse(off).addr(), entry{off})
+			}
+		}
 	}
 }
 
-// compact copies the live names into a fresh arena, dropping the space of
-// deleted ones: O(records), run when at least half the arena is waste.
+// compact copies the live entries into a fresh arena, dropping the space of
+// deleted ones, and rebuilds the owner table on the new offsets: O(records),
+// run when more than half the arena is waste. The address tables are
+// updated in place, slot by slot; they and the owner table are made smaller
+// if under a quarter full. The entries are handled by batches: the arena
+// reads of a batch are loaded at once, then its owner slots (see
+// arena.touch).
 func (r *records) compact() {
-	var fresh arena
-	for k, e := range r.byAddr {
-		e.name = fresh.add(string(r.arena.bytes(e.name, e.nameLen)))
-		r.byAddr[k] = e
+	old := r.arena
+	r.arena = arena{}
+	osize := r.owners.size
+	if small := sizeFor(r.len()); small < osize/4 {
+		osize = small
 	}
-	r.arena = fresh
+	r.owners = newTable(ownerSlot, osize)
+	var slots [64]int
+	var offs [64]uint32
+	var hs [64]uint64
+	for _, t := range [...]*offTable{&r.v4, &r.v6} {
+		src := t
+		if small := sizeFor(t.n); small < t.size/4 {
+			cp := *t
+			src = &cp
+			*t = newTable(addrSlot, small)
+		}
+		for i := 0; i < src.size; {
+			n := 0
+			for ; i < src.size && n < len(slots); i++ {
+				if off := src.off(i); off != 0 {
+					slots[n], offs[n] = i, off
+					n++
+				}
+			}
+			old.touch(offs[:n])
+			for k, i := range slots[:n] {
+				b := old.bytes(offs[k])
+				f := parseBytes(b, r.base)
+				noff := r.arena.addRaw(b[:f.size])
+				if src == t {
+					binary.LittleEndian.PutUint32(t.slot(i), noff)
+				} else {
+					r.insert(t, r.addrHash(f.key), noff)
+				}
+				offs[k], hs[k] = noff, r.ownerHash(f.sid, f.name)
+			}
+			r.insertBatch(&r.owners, hs[:n], offs[:n])
+		}
+	}
 }
 
-// arena stores names back to back in fixed-size chunks, so it never copies
-// what it holds when it grows. A name never spans two chunks.
+// Hashing.
+
+// mix64 is the finalizer of SplitMix64: every input bit flips about half of
+// the output bits.
+func mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// addrHash hashes an address in its 4- or 16-byte form.
+func (r *records) addrHash(key []byte) uint64 {
+	if len(key) == 4 {
+		return mix64(r.seed^uint64(binary.BigEndian.Uint32(key))) & r.mask
+	}
+	hi, lo := binary.BigEndian.Uint64(key[:8]), binary.BigEndian.Uint64(key[8:])
+	return mix64(mix64(r.seed^lo)^hi) & r.mask
+}
+
+func (r *records) ownerHash(sid uint32, name string) uint64 {
+	// Mixing the scope in after hashing the name keeps this one
+	// maphash.String call: a streaming maphash.Hash costs several times more.
+	return (maphash.String(r.ownerSeed, name) ^ (uint64(sid)+1)*0x9e3779b97f4a7c15) & r.mask
+}
+
+// entryHash is the hash under which the entry at off sits in t.
+func (r *records) entryHash(t *offTable, off uint32) uint64 {
+	f := r.parse(off)
+	if t.owner() {
+		return r.ownerHash(f.sid, f.name)
+	}
+	return r.addrHash(f.key)
+}
+
+// Tables.
+
+// offTable is a Robin Hood hash table of arena offsets. An entry's home slot
+// is the high word of hash*size, and the entries are kept ordered by home
+// along each run of full slots, so a lookup stops at the first entry closer
+// to its home than the sought one would be, and a deletion shifts the
+// entries after it back by one until one is at home.
+//
+// The slots are interleaved in one byte array, so a probe touches one cache
+// line, not one per field: w bytes each, the arena offset (4 bytes, little
+// endian; 0 marks a free slot), then the distance of the entry from its
+// home slot (1 byte), then, in the address tables only, the low byte of
+// its hash (the tag) so that a lookup reads from the arena almost only the
+// entry it wants. The owner table has no tag: its lookups read every entry
+// of the owner anyway. The distance saturates: 255 means 255 or more, and
+// the true one is then computed from the entry's hash; only an owner with
+// hundreds of addresses, all in one run, or forced collisions make such
+// distances.
+type offTable struct {
+	slots []byte
+	w     int // bytes per slot: addrSlot or ownerSlot
+	size  int // slots
+	n     int // entries
+}
+
+const (
+	ownerSlot = 5
+	addrSlot  = 6
+)
+
+// Load bounds: a table holds at most maxLoadNum/maxLoadDen entries per slot
+// and grows by a quarter.
+const (
+	maxLoadNum, maxLoadDen = 9, 10
+	minTableSize           = 8
+)
+
+func sizeFor(n int) int {
+	// Room for n entries at the load a table has just after growing.
+	return max(minTableSize, n*maxLoadDen/maxLoadNum*5/4)
+}
+
+func newTable(w, size int) offTable {
+	return offTable{slots: make([]byte, w*size), w: w, size: size}
+}
+
+func (t *offTable) owner() bool { return t.w == ownerSlot }
+
+func (t *offTable) slot(i int) []byte {
+	p := i * t.w
+	return t.slots[p : p+t.w : p+t.w]
+}
+
+func (t *offTable) off(i int) uint32 { return binary.LittleEndian.Uint32(t.slot(i)) }
+
+// set fills slot i; tag is ignored in the owner table.
+func (t *offTable) set(i int, off uint32, d int, tag uint8) {
+	s := t.slot(i)
+	binary.LittleEndian.PutUint32(s, off)
+	s[4] = uint8(min(d, 255))
+	if len(s) == addrSlot {
+		s[5] = tag
+	}
+}
+
+func (t *offTable) next(i int) int {
+	if i++; i == t.size {
+		return 0
+	}
+	return i
+}
+
+// reserve makes room in t for one more entry.
+func (r *records) reserve(t *offTable) {
+	if (t.n+1)*maxLoadDen <= t.size*maxLoadNum {
+		return
+	}
+	r.rehash(t, max(minTableSize, t.size+t.size/4))
+}
+
+// rehash moves the entries of t to a new table of size slots. Finding an
+// entry's hash reads the arena. When the arena holds no deleted entries,
+// every entry in it is live, and they are read in order, which is fast;
+// otherwise the old table is walked, and the hashes of a batch of entries
+// are found before inserting them, the arena reads of a batch first loaded
+// all at once (see arena.touch).
+func (r *records) rehash(t *offTable, size int) {
+	old := *t
+	*t = newTable(old.w, size)
+	var offs [64]uint32
+	var hs [64]uint64
+	n := 0
+	if r.arena.waste == 0 {
+		a := &r.arena
+		for ci, c := range a.chunks {
+			p := 0
+			if ci == 0 {
+				p = 1 // the pad byte
+			}
+			for p < len(c) {
+				f := parseBytes(c[p:], r.base)
+				if t.owner() || (len(f.key) == 16) == (t == &r.v6) {
+					offs[n] = uint32(ci)<<chunkBits | uint32(p)
+					if t.owner() {
+						hs[n] = r.ownerHash(f.sid, f.name)
+					} else {
+						hs[n] = r.addrHash(f.key)
+					}
+					if n++; n == len(offs) {
+						r.insertBatch(t, hs[:], offs[:])
+						n = 0
+					}
+				}
+				p += f.size
+			}
+		}
+		r.insertBatch(t, hs[:n], offs[:n])
+		if t.n != old.n {
+			panic("memory store: records lost in a rehash")
+		}
+		return
+	}
+	flush := func() {
+		r.arena.touch(offs[:n])
+		for k := range n {
+			hs[k] = r.entryHash(&old, offs[k])
+		}
+		r.insertBatch(t, hs[:n], offs[:n])
+		n = 0
+	}
+	for i := range old.size {
+		if off := old.off(i); off != 0 {
+			offs[n] = off
+			if n++; n == len(offs) {
+				flush()
+			}
+		}
+	}
+	flush()
+}
+
+func (r *records) home(t *offTable, h uint64) int {
+	hi, _ := bits.Mul64(h, uint64(t.size))
+	return int(hi)
+}
+
+// dist is the distance of the entry in slot i from its home.
+func (r *records) dist(t *offTable, i int) int {
+	if d := t.slot(i)[4]; d < 255 {
+		return int(d)
+	}
+	h := r.home(t, r.entryHash(t, t.off(i)))
+	if i < h {
+		i += t.size
+	}
+	return i - h
+}
+
+// insert adds the entry at off, whose hash is h, to t, which has room.
+func (r *records) insert(t *offTable, h uint64, off uint32) {
+	i, d, tag := r.home(t, h), 0, uint8(h)
+	for {
+		s := t.slot(i)
+		cur := binary.LittleEndian.Uint32(s)
+		if cur == 0 {
+			t.set(i, off, d, tag)
+			t.n++
+			return
+		}
+		// Robin Hood: the entry nearer its home gives up the slot.
+		if rd := r.dist(t, i); rd < d {
+			var ctag uint8
+			if len(s) == addrSlot {
+				ctag = s[5]
+			}
+			t.set(i, off, d, tag)
+			off, d, tag = cur, rd, ctag
+		}
+		i = t.next(i)
+		d++
+	}
+}
+
+// insertBatch inserts offs[k] under hash hs[k] into t, first loading the
+// home slots all at once (see arena.touch).
+func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
+	var x byte
+	for _, h := range hs {
+		x |= t.slots[r.home(t, h)*t.w]
+	}
+	r.arena.sink |= x
+	for k, h := range hs {
+		r.insert(t, h, offs[k])
+	}
+}
+
+// find returns the slot of address a in its table t, or -1.
+func (r *records) find(t *offTable, a netip.Addr) int {
+	if t.n == 0 {
+		return -1
+	}
+	var k [16]byte
+	key := k[:4]
+	if a.Is4() {
+		k4 := a.As4()
+		copy(key, k4[:])
+	} else {
+		k = a.As16()
+		key = k[:]
+	}
+	h := r.addrHash(key)
+	i, tag := r.home(t, h), uint8(h)
+	for d := 0; ; d++ {
+		s := t.slot(i)
+		off := binary.LittleEndian.Uint32(s)
+		if off == 0 {
+			return -1
+		}
+		rd := int(s[4])
+		if rd == 255 {
+			rd = r.dist(t, i)
+		}
+		if rd < d {
+			return -1
+		}
+		if rd == d && s[5] == tag && string(r.parse(off).key) == string(key) {
+			return i
+		}
+		i = t.next(i)
+	}
+}
+
+// removeAt empties slot i of t, shifting the entries after it back.
+func (r *records) removeAt(t *offTable, i int) {
+	for {
+		j := t.next(i)
+		if t.off(j) == 0 {
+			break
+		}
+		d := r.dist(t, j)
+		if d == 0 {
+			break
+		}
+		copy(t.slot(i), t.slot(j))
+		t.slot(i)[4] = uint8(min(d-1, 255))
+		i = j
+	}
+	clear(t.slot(i))
+	t.n--
+}
+
+// Entries.
+
+// fields are the decoded fields of an arena entry. key and name point into
+// the arena.
+type fields struct {
+	key     []byte // the address, 4 or 16 bytes
+	name    string
+	rev     uint64
+	sid     uint32
+	created uint32
+	size    int // bytes of the whole entry
+}
+
+func (f fields) addr() netip.Addr {
+	if len(f.key) == 4 {
+		return netip.AddrFrom4([4]byte(f.key))
+	}
+	return netip.AddrFrom16([16]byte(f.key))
+}
+
+func (r *records) parse(off uint32) fields { return parseBytes(r.arena.bytes(off), r.base) }
+
+// parseBytes decodes the entry at the start of b.
+func parseBytes(b []byte, base uint32) fields {
+	var f fields
+	hdr, p := binary.Uvarint(b)
+	f.sid = uint32(hdr >> 1)
+	kl := 4 + 12*int(hdr&1)
+	f.key = b[p : p+kl : p+kl]
+	p += kl
+	rev, n := binary.Uvarint(b[p:])
+	f.rev = rev
+	p += n
+	cd, n := binary.Uvarint(b[p:])
+	f.created = base + uint32(cd)
+	p += n
+	nl, n := binary.Uvarint(b[p:])
+	p += n
+	if nl > 0 {
+		// Safe because the arena never changes a byte once written (see
+		// arena), and this string, pointing into the chunk, keeps the
+		// chunk alive after compaction drops it.
+		f.name = unsafe.String(&b[p], int(nl))
+	}
+	f.size = p + int(nl)
+	return f
+}
+
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// arena stores entries back to back in chunks, so it never copies what it
+// holds when it grows. An entry never spans two chunks, and its offset is
+// its chunk's index in the high 12 bits and its position in the low
+// chunkBits: 4096 chunks, about 4 GiB of entries at most.
+//
+// Invariant: a chunk is only ever appended to, within its capacity, so no
+// byte below a chunk's length ever changes and the chunk is never moved.
+// That is what lets parseBytes hand out names as strings pointing into a
+// chunk (unsafe.String) instead of copies: the bytes under such a string
+// are immutable, and the string keeps its chunk alive after compaction
+// replaces the arena. Anything that changes the arena must keep this so.
 type arena struct {
 	chunks [][]byte
-	live   int // bytes of names still referenced
-	waste  int // bytes of deleted names
+	live   int // bytes of entries still referenced
+	waste  int // bytes of deleted entries
+	sink   byte
 }
 
-const chunkBits = 20 // 1 MiB chunks
+const (
+	chunkBits     = 20 // 1 MiB chunks, after smaller first ones
+	firstChunkLog = 12 // the first chunk is 4 KiB; each next one doubles
+	maxChunks     = 1 << (32 - chunkBits)
+)
 
-func (a *arena) add(s string) uint32 {
+// alloc returns the chunk index and position of size fresh bytes, which
+// the caller appends to that chunk at once.
+func (a *arena) alloc(size int) (int, int) {
 	n := len(a.chunks)
-	if n == 0 || len(a.chunks[n-1])+len(s) > 1<<chunkBits {
-		a.chunks = append(a.chunks, make([]byte, 0, 1<<chunkBits))
+	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < size {
+		if n == maxChunks {
+			panic("memory store: record arena full (4 GiB)")
+		}
+		c := make([]byte, 0, max(1<<min(firstChunkLog+n, chunkBits), size+1))
+		if n == 0 {
+			c = append(c, 0) // offset 0 is no entry: it marks a free slot
+		}
+		a.chunks = append(a.chunks, c)
 		n++
 	}
-	c := a.chunks[n-1]
-	off := uint32(n-1)<<chunkBits | uint32(len(c))
-	a.chunks[n-1] = append(c, s...)
-	a.live += len(s)
-	return off
+	a.live += size
+	return n - 1, len(a.chunks[n-1])
 }
 
-func (a *arena) bytes(off uint32, n uint16) []byte {
-	c := a.chunks[off>>chunkBits]
-	start := off & (1<<chunkBits - 1)
-	return c[start : start+uint32(n)]
+func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name string) uint32 {
+	size := uvarintLen(hdr) + len(key) + uvarintLen(rev) + uvarintLen(uint64(created)) + uvarintLen(uint64(len(name))) + len(name)
+	ci, pos := a.alloc(size)
+	c := a.chunks[ci]
+	c = binary.AppendUvarint(c, hdr)
+	c = append(c, key...)
+	c = binary.AppendUvarint(c, rev)
+	c = binary.AppendUvarint(c, uint64(created))
+	c = binary.AppendUvarint(c, uint64(len(name)))
+	a.chunks[ci] = append(c, name...)
+	return uint32(ci)<<chunkBits | uint32(pos)
+}
+
+func (a *arena) addRaw(b []byte) uint32 {
+	ci, pos := a.alloc(len(b))
+	a.chunks[ci] = append(a.chunks[ci], b...)
+	return uint32(ci)<<chunkBits | uint32(pos)
+}
+
+// bytes returns the arena from the entry at off to the end of its chunk.
+func (a *arena) bytes(off uint32) []byte {
+	return a.chunks[off>>chunkBits][off&(1<<chunkBits-1):]
+}
+
+// touch loads the first byte of each entry at offs, a loop so short that
+// the processor has all the loads in flight at once: the entries are then in
+// cache for what follows, instead of missing one after the other.
+func (a *arena) touch(offs []uint32) {
+	var x byte
+	for _, off := range offs {
+		x |= a.chunks[off>>chunkBits][off&(1<<chunkBits-1)]
+	}
+	a.sink = x
 }
 
 func (a *arena) free(n int) {
 	a.live -= n
 	a.waste += n
 }
-
-func (a *arena) wasteful() bool { return a.waste > 1<<chunkBits && a.waste > a.live }

@@ -134,3 +134,16 @@ func settledHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// BenchmarkRecordsFill puts benchRecords records into an empty table, growth
+// included; ns/op is per record.
+func BenchmarkRecordsFill(b *testing.B) {
+	for _, f := range families {
+		b.Run(f.name, func(b *testing.B) {
+			for b.Loop() {
+				fillRecords(f.v6, benchRecords)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchRecords), "ns/record")
+		})
+	}
+}

@@ -2,8 +2,10 @@ package memory
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -11,66 +13,187 @@ import (
 	"github.com/netipam/netipam/ipaddress"
 )
 
+// recordsPool is the addresses the model test draws from: IPv4 and IPv6,
+// enough to grow the tables many times, a few special ones first.
+var recordsPool = func() []netip.Addr {
+	out := []netip.Addr{
+		netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("::a00:1"), netip.MustParseAddr("0.0.0.0"),
+		netip.MustParseAddr("::"), netip.MustParseAddr("255.255.255.255"), netip.MustParseAddr("::ffff:10.0.0.1"),
+		netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+	}
+	for i := range 130 {
+		out = append(out, netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i + 2)}))
+		out = append(out, netip.AddrFrom16([16]byte{0: 0xfd, 14: byte(i >> 8), 15: byte(i + 2)}))
+	}
+	return out
+}()
+
+// recordsOwners are the owners of the model test: names shared across
+// scopes, an empty name, a name long enough for a two-byte length.
+var recordsOwners = func() []ipaddress.ParentRef {
+	out := []ipaddress.ParentRef{
+		{Resource: "services", Namespace: "default", Name: "a"},
+		{Resource: "services", Namespace: "other", Name: "a"},
+		{Group: "x.io", Resource: "services", Namespace: "default", Name: "a"},
+		{Resource: "services", Namespace: "default", Name: "bb"},
+		{Resource: "nodes", Name: "n1"},
+		{Resource: "nodes", Name: ""},
+		{Resource: "services", Namespace: "default", Name: strings.Repeat("long-name-", 30)},
+	}
+	for i := range 8 {
+		out = append(out, ipaddress.ParentRef{Resource: "pods", Namespace: "team", Name: fmt.Sprintf("pod-%d", i)})
+	}
+	return out
+}()
+
+// checkRecords compares every query of r with the model.
+func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[netip.Addr]ipaddress.IPAddress) {
+	if r.len() != len(model) {
+		t.Fatalf("len %d, model %d", r.len(), len(model))
+	}
+	for _, a := range recordsPool {
+		if _, held := model[a]; r.has(a) != held {
+			t.Fatalf("has(%s) = %v, model %v", a, !held, held)
+		}
+	}
+	for a, want := range model {
+		if got, ok := r.get(a); !ok || !sameRecord(got, want) {
+			t.Fatalf("get(%s) = %+v %v, want %+v", a, got, ok, want)
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	r.all(func(a netip.Addr, e entry) {
+		want, ok := model[a]
+		if got := r.record(a, e); !ok || seen[a] || !sameRecord(got, want) {
+			t.Fatalf("all: %s %+v (seen %v), model %+v %v", a, got, seen[a], want, ok)
+		}
+		seen[a] = true
+	})
+	if len(seen) != len(model) {
+		t.Fatalf("all: %d records, model %d", len(seen), len(model))
+	}
+	for _, p := range recordsOwners {
+		var got, want []netip.Addr
+		for _, rec := range r.of(p) {
+			if m, ok := model[rec.Addr]; !ok || !sameRecord(rec, m) {
+				t.Fatalf("of(%v): %+v, model %+v", p, rec, m)
+			}
+			got = append(got, rec.Addr)
+		}
+		for a, rec := range model {
+			if rec.Parent == p {
+				want = append(want, a)
+			}
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		slices.SortFunc(want, netip.Addr.Compare)
+		if !slices.Equal(got, want) {
+			t.Fatalf("of(%v) = %v, model %v", p, got, want)
+		}
+	}
+}
+
+func sameRecord(x, y ipaddress.IPAddress) bool {
+	return x.Addr == y.Addr && x.Parent == y.Parent && x.Created.Equal(y.Created) && x.Revision == y.Revision
+}
+
 func TestRecordsFollowAMapModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		r := newRecords()
-		model := map[netip.Addr]ipaddress.ParentRef{}
-		owners := []ipaddress.ParentRef{
-			{Resource: "services", Namespace: "default", Name: "a"},
-			{Resource: "services", Namespace: "other", Name: "a"},
-			{Group: "x.io", Resource: "services", Namespace: "default", Name: "a"},
-			{Resource: "services", Namespace: "default", Name: "bb"},
-			{Resource: "nodes", Name: "n1"},
+		// Forced collisions: eight hash values, spread over the table, or
+		// a single one, so that every entry is in one run that wraps.
+		r.mask = rapid.SampledFrom([]uint64{^uint64(0), 0xe000_0000_0000_0000, 0}).Draw(rt, "mask")
+		// Compact at the least waste, or as in production.
+		r.compactAt = rapid.SampledFrom([]int{0, 200, 1 << chunkBits}).Draw(rt, "compactAt")
+		model := map[netip.Addr]ipaddress.IPAddress{}
+		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 0))
+		rev := int64(0)
+
+		put := func(a netip.Addr, p ipaddress.ParentRef) {
+			// Created is Unix seconds as a uint32, below or above the
+			// first one; revisions of any sign.
+			created := int64(rng.Uint32())
+			rev++
+			rv := rev
+			if rng.IntN(8) == 0 {
+				rv = int64(rng.Uint64())
+			}
+			r.put(a, p, created, rv)
+			model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(created), Revision: rv}
 		}
-		addrs := []netip.Addr{
-			netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("::a00:1"),
-			netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"), netip.MustParseAddr("0.0.0.1"),
+		del := func(a netip.Addr) {
+			rec, ok := r.delete(a)
+			want, held := model[a]
+			if ok != held || (ok && !sameRecord(rec, want)) {
+				rt.Fatalf("delete(%s) = %+v %v; model %+v %v", a, rec, ok, want, held)
+			}
+			delete(model, a)
 		}
+		free := func() []netip.Addr {
+			var out []netip.Addr
+			for _, a := range recordsPool {
+				if _, ok := model[a]; !ok {
+					out = append(out, a)
+				}
+			}
+			return out
+		}
+		held := func() []netip.Addr {
+			out := make([]netip.Addr, 0, len(model))
+			for a := range model {
+				out = append(out, a)
+			}
+			slices.SortFunc(out, netip.Addr.Compare) // determinism
+			return out
+		}
+
 		rt.Repeat(map[string]func(*rapid.T){
 			"put": func(rt *rapid.T) {
-				a := rapid.SampledFrom(addrs).Draw(rt, "addr")
+				a := rapid.SampledFrom(recordsPool).Draw(rt, "addr")
 				if _, ok := model[a]; ok {
 					rt.Skip("held")
 				}
-				p := rapid.SampledFrom(owners).Draw(rt, "owner")
-				r.put(a, p, 1700000000, int64(len(model)+1))
-				model[a] = p
+				put(a, rapid.SampledFrom(recordsOwners).Draw(rt, "owner"))
+			},
+			// Many puts, all for one owner (hundreds of addresses) or for
+			// owners at random.
+			"putMany": func(rt *rapid.T) {
+				n := rapid.IntRange(1, len(recordsPool)).Draw(rt, "n")
+				one := rapid.Bool().Draw(rt, "one owner")
+				p := recordsOwners[rng.IntN(len(recordsOwners))]
+				fr := free()
+				rng.Shuffle(len(fr), func(i, j int) { fr[i], fr[j] = fr[j], fr[i] })
+				for _, a := range fr[:min(n, len(fr))] {
+					if !one {
+						p = recordsOwners[rng.IntN(len(recordsOwners))]
+					}
+					put(a, p)
+				}
 			},
 			"delete": func(rt *rapid.T) {
-				a := rapid.SampledFrom(addrs).Draw(rt, "addr")
-				rec, ok := r.delete(a)
-				want, held := model[a]
-				if ok != held || (ok && rec.Parent != want) {
-					rt.Fatalf("delete(%s) = %+v %v; model %+v %v", a, rec, ok, want, held)
-				}
-				delete(model, a)
+				del(rapid.SampledFrom(recordsPool).Draw(rt, "addr"))
 			},
-			"": func(rt *rapid.T) {
-				if r.len() != len(model) {
-					rt.Fatalf("len %d, model %d", r.len(), len(model))
-				}
-				for _, p := range owners {
-					var got, want []netip.Addr
-					for _, rec := range r.of(p) {
-						got = append(got, rec.Addr)
-					}
-					for a, q := range model {
-						if q == p {
-							want = append(want, a)
-						}
-					}
-					slices.SortFunc(got, netip.Addr.Compare)
-					slices.SortFunc(want, netip.Addr.Compare)
-					if !slices.Equal(got, want) {
-						rt.Fatalf("of(%v) = %v, model %v", p, got, want)
-					}
-				}
-				for a, p := range model {
-					if rec, ok := r.get(a); !ok || rec.Parent != p || rec.Addr != a {
-						rt.Fatalf("get(%s) = %+v %v, want %v", a, rec, ok, p)
-					}
+			"deleteMany": func(rt *rapid.T) {
+				h := held()
+				rng.Shuffle(len(h), func(i, j int) { h[i], h[j] = h[j], h[i] })
+				for _, a := range h[:rapid.IntRange(0, len(h)).Draw(rt, "n")] {
+					del(a)
 				}
 			},
+			// Release one, allocate another, at a constant size: deletions
+			// all over the tables, and compactions.
+			"churn": func(rt *rapid.T) {
+				steps := rapid.IntRange(1, 300).Draw(rt, "steps")
+				for range steps {
+					h, fr := held(), free()
+					if len(h) == 0 || len(fr) == 0 {
+						rt.Skip("nothing to churn")
+					}
+					del(h[rng.IntN(len(h))])
+					put(fr[rng.IntN(len(fr))], recordsOwners[rng.IntN(len(recordsOwners))])
+				}
+			},
+			"": func(rt *rapid.T) { checkRecords(rt, r, model) },
 		})
 	})
 }
@@ -97,4 +220,156 @@ func TestArenaCompactionKeepsNames(t *testing.T) {
 			t.Fatalf("get(%s) = %+v after compaction, want owner %s", a, rec, want)
 		}
 	}
+}
+
+// TestRecordNamesOutliveCompaction holds names returned by get and delete,
+// which point into the arena, across compactions and the writes after them.
+func TestRecordNamesOutliveCompaction(t *testing.T) {
+	r := newRecords()
+	r.compactAt = 0
+	name := func(i int) string { return fmt.Sprintf("owner-%06d-%s", i, strings.Repeat("x", i%40)) }
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
+	const n = 5000
+	for i := range n {
+		r.put(addr(i), ipaddress.ParentRef{Resource: "pods", Name: name(i)}, 0, 1)
+	}
+	got := map[int]string{}
+	for i := range n {
+		if i%2 == 0 {
+			rec, _ := r.delete(addr(i))
+			got[i] = rec.Parent.Name
+		} else {
+			rec, _ := r.get(addr(i))
+			got[i] = rec.Parent.Name
+		}
+	}
+	for i := n; i < 3*n; i++ { // churn: compactions, and new entries
+		r.put(addr(i), ipaddress.ParentRef{Resource: "pods", Name: strings.Repeat("y", 20)}, 0, 1)
+		r.delete(addr(i - n/2))
+	}
+	for i, s := range got {
+		if s != name(i) {
+			t.Fatalf("name of record %d became %q, want %q", i, s, name(i))
+		}
+	}
+}
+
+// TestRecordsHeavyOwner gives one owner a thousand addresses, so its slots
+// form one run far longer than a distance byte counts, among other owners,
+// then releases them in random order.
+func TestRecordsHeavyOwner(t *testing.T) {
+	for _, mask := range []uint64{^uint64(0), 0xf000_0000_0000_0000} {
+		r := newRecords()
+		r.mask = mask
+		r.compactAt = 0
+		heavy := ipaddress.ParentRef{Resource: "services", Namespace: "lb", Name: "pool"}
+		model := map[netip.Addr]ipaddress.IPAddress{}
+		var mine []netip.Addr
+		for i := range 1200 {
+			var a netip.Addr
+			if i%2 == 0 {
+				a = netip.AddrFrom4([4]byte{192, 168, byte(i >> 8), byte(i)})
+			} else {
+				a = netip.AddrFrom16([16]byte{0x20, 0x01, 14: byte(i >> 8), 15: byte(i)})
+			}
+			p := heavy
+			if i%4 == 3 {
+				p = ipaddress.ParentRef{Resource: "pods", Namespace: "x", Name: fmt.Sprint("p", i)}
+			} else {
+				mine = append(mine, a)
+			}
+			r.put(a, p, 1700000000, int64(i+1))
+			model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(1700000000), Revision: int64(i + 1)}
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		rng.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+		for k, a := range mine {
+			if got := len(r.of(heavy)); got != len(mine)-k {
+				t.Fatalf("mask %x: of(heavy) has %d records, want %d", mask, got, len(mine)-k)
+			}
+			if _, ok := r.delete(a); !ok {
+				t.Fatalf("mask %x: delete(%s) found nothing", mask, a)
+			}
+			delete(model, a)
+			if k%97 == 0 {
+				checkRecords(t, r, model)
+			}
+		}
+		checkRecords(t, r, model)
+	}
+}
+
+// TestRecordsChurnStaysBounded releases and allocates at a constant size
+// for many times the table's size: the tables keep their size, the arena
+// is compacted, and every record stays findable.
+func TestRecordsChurnStaysBounded(t *testing.T) {
+	const n = 10_000
+	r := newRecords()
+	addr := func(i int) netip.Addr {
+		if i%3 == 0 {
+			return netip.AddrFrom16([16]byte{0xfd, 8: byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
+		}
+		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	owner := func(i int) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("payments-api-%019d", i)}
+	}
+	for i := range n {
+		r.put(addr(i), owner(i), 1700000000, int64(i))
+	}
+	sizes := [3]int{r.v4.size, r.v6.size, r.owners.size}
+	maxArena := 0
+	for i := n; i < 12*n; i++ {
+		if _, ok := r.delete(addr(i - n)); !ok {
+			t.Fatalf("record %d missing", i-n)
+		}
+		r.put(addr(i), owner(i), 1700000000, int64(i))
+		maxArena = max(maxArena, r.arena.live+r.arena.waste)
+	}
+	if got := [3]int{r.v4.size, r.v6.size, r.owners.size}; got != sizes {
+		t.Errorf("table sizes went from %v to %v at a constant record count", sizes, got)
+	}
+	if limit := 2*r.arena.live + 2*r.compactAt; maxArena > limit {
+		t.Errorf("arena reached %d bytes for %d live ones", maxArena, r.arena.live)
+	}
+	for i := 11 * n; i < 12*n; i++ {
+		if rec, ok := r.get(addr(i)); !ok || rec.Parent != owner(i) || rec.Revision != int64(i) {
+			t.Fatalf("get(%s) = %+v %v", addr(i), rec, ok)
+		}
+		if recs := r.of(owner(i)); len(recs) != 1 || recs[0].Addr != addr(i) {
+			t.Fatalf("of(%v) = %+v", owner(i), recs)
+		}
+	}
+}
+
+// TestRecordsDoNotAllocate: put, delete, has and get allocate nothing once
+// the tables have grown, names included.
+func TestRecordsDoNotAllocate(t *testing.T) {
+	r := newRecords()
+	addrs := []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("fd00::1:2:3")}
+	p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "payments-api-0000000000000000001"}
+	for i := range 1000 {
+		q := ipaddress.ParentRef{Resource: "pods", Name: fmt.Sprint("filler-", i)}
+		r.put(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), q, 1, 1)
+		r.put(netip.AddrFrom16([16]byte{0xfd, 14: byte(i >> 8), 15: byte(i)}), q, 1, 1)
+	}
+	r.put(addrs[0], p, 1, 1)
+	r.put(addrs[1], p, 1, 1)
+	var sink int
+	allocs := testing.AllocsPerRun(500, func() {
+		for _, a := range addrs {
+			rec, _ := r.delete(a)
+			sink += len(rec.Parent.Name)
+			if r.has(a) {
+				t.Fatal("deleted, still there")
+			}
+			r.put(a, p, 2, 2)
+			rec, _ = r.get(a)
+			sink += len(rec.Parent.Name)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per put, delete, has and get", allocs)
+	}
+	_ = sink
 }
