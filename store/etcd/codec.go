@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,10 +16,19 @@ import (
 	"github.com/netipam/netipam/store"
 )
 
-// valueVersion is the version of the value encoding, written as "v" in every
-// value. A decoder meeting another version reports the value as corrupt
-// rather than guess.
-const valueVersion = 1
+// Value versions, written as "v" in every value. A decoder meeting a version
+// it does not know reports the value as corrupt rather than guess.
+const (
+	// cidrVersion is the version of CIDR values.
+	cidrVersion = 1
+	// recordVersion is the version of the address records this package
+	// writes: 2, a record with no owner key (layout 2).
+	recordVersion = 2
+	// legacyRecordVersion is that of records written under layout 1, each
+	// with an owner key. They are read as they are; DeleteAddress deletes
+	// their owner key with them.
+	legacyRecordVersion = 1
+)
 
 // CorruptError reports a key whose key or value this store cannot decode.
 // It matches store.ErrCorrupt.
@@ -48,9 +58,9 @@ type cidrValue struct {
 	Created     int64    `json:"created"` // Unix nanoseconds
 }
 
-// recordValue is the stored form of an address record, under the address
-// key and the owner key alike. The address is the key; the revision is the
-// key's CreateRevision (records are never updated).
+// recordValue is the stored form of an address record (and, under layout 1,
+// of its owner key too). The address is the key; the revision is the key's
+// CreateRevision (records are never updated).
 type recordValue struct {
 	V         int    `json:"v"`
 	Group     string `json:"group,omitempty"`
@@ -62,7 +72,7 @@ type recordValue struct {
 
 // encodeCIDR returns the value stored for c.
 func encodeCIDR(c cidrset.CIDR) []byte {
-	v := cidrValue{V: valueVersion, Prefixes: make([]string, len(c.Prefixes)), Terminating: c.Terminating, Created: c.Created.UnixNano()}
+	v := cidrValue{V: cidrVersion, Prefixes: make([]string, len(c.Prefixes)), Terminating: c.Terminating, Created: c.Created.UnixNano()}
 	for i, p := range c.Prefixes {
 		v.Prefixes[i] = p.String()
 	}
@@ -79,8 +89,8 @@ func decodeCIDR(b []byte) (cidrset.CIDR, error) {
 	if err := unmarshal(b, &v); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if v.V != valueVersion {
-		return cidrset.CIDR{}, fmt.Errorf("value version %d, want %d", v.V, valueVersion)
+	if v.V != cidrVersion {
+		return cidrset.CIDR{}, fmt.Errorf("value version %d, want %d", v.V, cidrVersion)
 	}
 	c := cidrset.CIDR{Terminating: v.Terminating, Created: time.Unix(0, v.Created)}
 	for _, s := range v.Prefixes {
@@ -93,35 +103,142 @@ func decodeCIDR(b []byte) (cidrset.CIDR, error) {
 	return c, nil
 }
 
-// encodeRecord returns the value stored for r.
+// encodeRecord returns the value stored for r: what encoding/json writes for
+// its recordValue, byte for byte. When no owner field needs escaping (the
+// usual case) it is built directly, which costs a fraction of
+// json.Marshal's reflection on every allocation.
 func encodeRecord(r ipaddress.IPAddress) []byte {
-	b, err := json.Marshal(recordValue{
-		V:         valueVersion,
-		Group:     r.Parent.Group,
-		Resource:  r.Parent.Resource,
-		Namespace: r.Parent.Namespace,
-		Name:      r.Parent.Name,
-		Created:   r.Created.UnixNano(),
-	})
-	if err != nil {
-		panic(err)
+	p := r.Parent
+	if !plainJSON(p.Group) || !plainJSON(p.Resource) || !plainJSON(p.Namespace) || !plainJSON(p.Name) {
+		b, err := json.Marshal(recordValue{
+			V:         recordVersion,
+			Group:     p.Group,
+			Resource:  p.Resource,
+			Namespace: p.Namespace,
+			Name:      p.Name,
+			Created:   r.Created.UnixNano(),
+		})
+		if err != nil {
+			panic(err) // strings and integers always marshal
+		}
+		return b
 	}
-	return b
+	b := make([]byte, 0, 64+len(p.Group)+len(p.Resource)+len(p.Namespace)+len(p.Name))
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, recordVersion, 10)
+	if p.Group != "" {
+		b = append(append(append(b, `,"group":"`...), p.Group...), '"')
+	}
+	b = append(append(append(b, `,"resource":"`...), p.Resource...), '"')
+	if p.Namespace != "" {
+		b = append(append(append(b, `,"namespace":"`...), p.Namespace...), '"')
+	}
+	b = append(append(append(b, `,"name":"`...), p.Name...), '"')
+	b = strconv.AppendInt(append(b, `,"created":`...), r.Created.UnixNano(), 10)
+	return append(b, '}')
 }
 
-// decodeRecord decodes a record value. It sets neither Addr nor Revision.
-func decodeRecord(b []byte) (ipaddress.IPAddress, error) {
-	var v recordValue
-	if err := unmarshal(b, &v); err != nil {
-		return ipaddress.IPAddress{}, err
+// plainJSON reports whether encoding/json writes s as it is between quotes:
+// printable ASCII but for '"', '\\' and the HTML-escaped '<', '>' and '&'.
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
 	}
-	if v.V != valueVersion {
-		return ipaddress.IPAddress{}, fmt.Errorf("value version %d, want %d", v.V, valueVersion)
+	return true
+}
+
+// decodePlainRecord decodes a record value in exactly the form encodeRecord
+// builds directly: those fields in that order, strings of printable ASCII
+// with no escapes, no spaces. ok is false for anything else, which
+// encoding/json decodes instead; for what it accepts, the result is
+// json.Unmarshal's.
+func decodePlainRecord(b []byte) (v recordValue, ok bool) {
+	lit := func(l string) bool {
+		if len(b) < len(l) || string(b[:len(l)]) != l {
+			return false
+		}
+		b = b[len(l):]
+		return true
+	}
+	str := func() (string, bool) { // after the opening quote
+		for i, c := range b {
+			if c == '"' {
+				s := string(b[:i])
+				b = b[i+1:]
+				return s, true
+			}
+			if c < 0x20 || c > 0x7e || c == '\\' {
+				return "", false
+			}
+		}
+		return "", false
+	}
+	if !lit(`{"v":`) || len(b) < 2 || b[1] != ',' || (b[0] != '1' && b[0] != '2') {
+		return v, false
+	}
+	v.V, b = int(b[0]-'0'), b[1:]
+	if lit(`,"group":"`) {
+		if v.Group, ok = str(); !ok {
+			return v, false
+		}
+	}
+	if !lit(`,"resource":"`) {
+		return v, false
+	}
+	if v.Resource, ok = str(); !ok {
+		return v, false
+	}
+	if lit(`,"namespace":"`) {
+		if v.Namespace, ok = str(); !ok {
+			return v, false
+		}
+	}
+	if !lit(`,"name":"`) {
+		return v, false
+	}
+	if v.Name, ok = str(); !ok || !lit(`,"created":`) || len(b) < 2 || b[len(b)-1] != '}' {
+		return v, false
+	}
+	num := b[:len(b)-1]
+	digits := num
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
+		return v, false // not a JSON number, or not the shortest form
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return v, false
+		}
+	}
+	n, err := strconv.ParseInt(string(num), 10, 64)
+	if err != nil {
+		return v, false
+	}
+	v.Created = n
+	return v, true
+}
+
+// decodeRecord decodes a record value of either version and returns the
+// version too. It sets neither Addr nor Revision.
+func decodeRecord(b []byte) (ipaddress.IPAddress, int, error) {
+	v, ok := decodePlainRecord(b)
+	if !ok {
+		v = recordValue{}
+		if err := unmarshal(b, &v); err != nil {
+			return ipaddress.IPAddress{}, 0, err
+		}
+	}
+	if v.V != recordVersion && v.V != legacyRecordVersion {
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("value version %d, want %d or %d", v.V, recordVersion, legacyRecordVersion)
 	}
 	return ipaddress.IPAddress{
 		Parent:  ipaddress.ParentRef{Group: v.Group, Resource: v.Resource, Namespace: v.Namespace, Name: v.Name},
 		Created: time.Unix(0, v.Created),
-	}, nil
+	}, v.V, nil
 }
 
 // unmarshal decodes one JSON object and nothing after it.
@@ -136,12 +253,18 @@ func unmarshal(b []byte, v any) error {
 // addrSuffix returns the key suffix of a: "4/" and 8 hex digits, or "6/"
 // and 32, lower case, so that numeric order is key order.
 func addrSuffix(a netip.Addr) string {
+	var buf [34]byte
+	return string(appendAddrSuffix(buf[:0], a))
+}
+
+// appendAddrSuffix appends addrSuffix(a) to b.
+func appendAddrSuffix(b []byte, a netip.Addr) []byte {
 	if a.Is4() {
-		b := a.As4()
-		return "4/" + hex.EncodeToString(b[:])
+		v := a.As4()
+		return hex.AppendEncode(append(b, '4', '/'), v[:])
 	}
-	b := a.As16()
-	return "6/" + hex.EncodeToString(b[:])
+	v := a.As16()
+	return hex.AppendEncode(append(b, '6', '/'), v[:])
 }
 
 // decodeAddrSuffix is the inverse of addrSuffix; it accepts only what
@@ -219,12 +342,18 @@ func cidrFromKV(key, name string, value []byte, modRev int64) (cidrset.CIDR, err
 // recordFromKV decodes the record of a stored under key with the given
 // CreateRevision. Errors are *CorruptError naming key.
 func recordFromKV(key string, a netip.Addr, value []byte, createRev int64) (ipaddress.IPAddress, error) {
-	r, err := decodeRecord(value)
+	r, _, err := recordVersionFromKV(key, a, value, createRev)
+	return r, err
+}
+
+// recordVersionFromKV is recordFromKV that returns the value's version too.
+func recordVersionFromKV(key string, a netip.Addr, value []byte, createRev int64) (ipaddress.IPAddress, int, error) {
+	r, version, err := decodeRecord(value)
 	if err != nil {
-		return ipaddress.IPAddress{}, corrupt(key, err)
+		return ipaddress.IPAddress{}, 0, corrupt(key, err)
 	}
 	r.Addr, r.Revision = a, createRev
-	return r, nil
+	return r, version, nil
 }
 
 // addrFromKey decodes the address of an address or owner key whose part

@@ -12,11 +12,12 @@ import (
 	"github.com/netipam/netipam/store"
 )
 
-// TestCorruptValues puts garbage under a CIDR key, an address key and an
-// owner key, and under keys that are no address: reads report a
-// *CorruptError naming the key, the watch refuses a corrupt first snapshot
-// and, once running, reports corrupt events to the error handler and goes
-// on. Nothing panics.
+// TestCorruptValues puts garbage under a CIDR key, an address key and a
+// layout-1 owner key, and under keys that are no address: reads report a
+// *CorruptError naming the key (AddressesOf, which cannot tell whose a
+// corrupt record is, names it whatever the owner asked for; the owner key is
+// never read), the watch refuses a corrupt first snapshot and, once running,
+// reports corrupt events to the error handler and goes on. Nothing panics.
 func TestCorruptValues(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	c := startCluster(t, 1)
@@ -36,7 +37,7 @@ func TestCorruptValues(t *testing.T) {
 	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
 	badAddr := netip.MustParseAddr("10.0.0.9")
 	cidrKey, addrKey := s.cidrKey("bad"), s.addrKey(badAddr)
-	ownerKey := s.ownerPrefix(owner) + addrSuffix(netip.MustParseAddr("10.0.0.8"))
+	ownerKey := s.ownerKey(owner, netip.MustParseAddr("10.0.0.8"))
 	put(cidrKey, "\x00garbage")
 	put(addrKey, `{"v":99}`)
 	put(ownerKey, `not json`)
@@ -50,7 +51,7 @@ func TestCorruptValues(t *testing.T) {
 	_, err = s.ListAddresses(ctx)
 	checkCorrupt(t, err, addrKey)
 	_, err = s.AddressesOf(ctx, owner)
-	checkCorrupt(t, err, ownerKey)
+	checkCorrupt(t, err, addrKey)
 	upd := cidrset.CIDR{Name: "bad", Revision: 1, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
 	_, err = s.UpdateCIDR(ctx, upd)
 	checkCorrupt(t, err, cidrKey)
@@ -101,5 +102,24 @@ func TestCorruptValues(t *testing.T) {
 		}) {
 			t.Fatalf("corrupt key %q not reported; reported: %v", key, log.all())
 		}
+	}
+
+	// The owner index, following the same writes, names the first corrupt
+	// key until the corrupt records are gone; the garbage owner key is not
+	// read at all.
+	_, err = s.AddressesOf(ctx, owner)
+	checkCorrupt(t, err, addrKey)
+	for _, key := range []string{addrKey, addr2Key} {
+		if _, err := cli.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.AddressesOf(ctx, owner)
+	checkCorrupt(t, err, badKey)
+	if _, err := cli.Delete(ctx, badKey); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := s.AddressesOf(ctx, owner); err != nil || len(recs) != 0 {
+		t.Fatalf("AddressesOf after the corrupt records went: %v, %v", recs, err)
 	}
 }

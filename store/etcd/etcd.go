@@ -4,60 +4,94 @@
 //
 // # Key layout
 //
-// Every key starts with a prefix (default "/netipam", see WithPrefix) and a
-// layout version, "v1":
+// Every key starts with a prefix (default "/netipam", see WithPrefix) and
+// "v1", the version of the key format:
 //
-//	<prefix>/v1/cidrs/<name>                                    a CIDR
-//	<prefix>/v1/ips/4/<8 hex digits>                            an IPv4 address record
-//	<prefix>/v1/ips/6/<32 hex digits>                           an IPv6 address record
-//	<prefix>/v1/owners/<group>/<resource>/<namespace>/<name>/<4|6>/<hex>
-//	                                                            the owner index
+//	<prefix>/v1/cidrs/<name>                a CIDR
+//	<prefix>/v1/ips/4/<8 hex digits>        an IPv4 address record
+//	<prefix>/v1/ips/6/<32 hex digits>       an IPv6 address record
 //
 // Address keys hold the address as fixed-width lower-case hex, so key order is
-// numeric order and the addresses of a prefix are one key range. Owner
-// fields are escaped (every byte outside [A-Za-z0-9._~-], '/' and '%'
-// included, becomes %XX), so the owner part of an owner key names exactly one
-// owner and an owner's addresses are one key range too.
+// numeric order and the addresses of a prefix are one key range.
 //
 // # Values
 //
-// Values are JSON objects with a version field "v" (now 1):
+// Values are JSON objects with a version field "v":
 //
 //	CIDR:    {"v":1,"prefixes":["10.96.0.0/28"],"terminating":true,"created":<Unix ns>}
-//	address: {"v":1,"group":"","resource":"services","namespace":"default","name":"kubernetes","created":<Unix ns>}
+//	address: {"v":2,"group":"","resource":"services","namespace":"default","name":"kubernetes","created":<Unix ns>}
 //
-// "terminating", "group" and "namespace" are left out when empty. An owner
-// key holds the same value as its address key. Names and addresses are
-// keys, never values; revisions are etcd's: a CIDR's Revision is its key's
-// ModRevision and a record's Revision is the revision of the transaction
-// that created it (records are never updated). A key or value this package
-// cannot decode (garbage, another "v") is reported as a *CorruptError naming
-// the key, which matches store.ErrCorrupt.
+// "terminating", "group" and "namespace" are left out when empty. Names and
+// addresses are keys, never values; revisions are etcd's: a CIDR's Revision
+// is its key's ModRevision and a record's Revision is the revision of the
+// transaction that created it (records are never updated). A key or value
+// this package cannot decode (garbage, a "v" it does not know) is reported
+// as a *CorruptError naming the key, which matches store.ErrCorrupt.
+//
+// # Layout versions
+//
+// This is layout 2: one key per address, whose record has "v":2. Layout 1
+// also put, in the transaction creating each address key, an owner key
+//
+//	<prefix>/v1/owners/<group>/<resource>/<namespace>/<name>/<4|6>/<hex>
+//
+// (owner fields escaped: every byte outside [A-Za-z0-9._~-] became %XX)
+// holding the same record with "v":1, and served AddressesOf from those keys.
+// A store opened on data written under layout 1 works as it is, with no
+// migration step: "v":1 records are read like the others, owner keys are
+// never read, and DeleteAddress deletes the owner key of a "v":1 record in
+// the transaction that deletes its address key, so the owner keys go with
+// their addresses. The key format did not change, hence "v1" in every key.
+//
+// Layout-1 processes must not share a prefix with layout-2 ones; upgrade
+// every process on a prefix together. A layout-1 process reports "v":2
+// records as corrupt (GetAddress, DeleteAddress, ListAddresses), and its
+// AddressesOf, reading owner keys, does not see them. Its watches still
+// count their addresses as taken (the key is the address), so no address is
+// handed out twice meanwhile.
 //
 // # The owner index
 //
-// AddressesOf is served by the owner keys: CreateAddresses puts the address
-// key and its owner key in the same transaction, and DeleteAddress removes
-// both in one transaction fenced on the address key, so the index is never
-// out of step with the records and AddressesOf is one linearizable range
-// read over exactly the owner's keys, on any client, with no scan. An
-// in-process index fed by the watch was the alternative; it would cost memory
-// per address in every process, and answer only as of the watch's last
-// revision, so a caller would not read its own writes without an extra round
-// trip to learn the current revision. The owner keys cost one more Put per
-// address in the creating transaction; etcd's cost is per transaction
-// (one raft entry, one fsync), so that is cheap.
+// AddressesOf is served by an index in each process, started by the Store's
+// first AddressesOf: a listing of the address records, values included, at
+// one revision, then a watch of the address keys from the next revision,
+// which applies every create and delete (and re-lists after a compacted or
+// broken watch). The index answers as of the last revision its watch
+// applied, so AddressesOf first learns the current revision with one
+// linearizable read (of a key that is never written) and waits until the
+// index has applied it, asking etcd for a progress notification so that the
+// wait ends even when no address changed since. A caller therefore sees
+// every write that completed before its call, its own and any other
+// client's, and no answer is older than the call.
+//
+// A process that never calls AddressesOf pays nothing for the index. One
+// that does pays, on the first call, a listing of every record (about 1.2 s
+// for 200,000 addresses here; it goes on in the background if that call
+// gives up); memory for every address (about 360 bytes, with one address
+// per owner; see TestWatchManyAddresses); one more watch event per address
+// created or deleted; and, per call, the read and a wait of about one round
+// trip. While a record that cannot be decoded exists, AddressesOf reports it
+// (*CorruptError naming its key): whose it is cannot be known, so any
+// owner's answer might lack it.
+//
+// Layout 1 kept the index in etcd instead, as the owner keys: a linearizable
+// range read per call and nothing in memory, but one more put in every
+// creating transaction, which cost every allocation about ten percent of its
+// throughput (see BenchmarkAllocVsRaw) whether anyone asked for an owner's
+// addresses or not.
 //
 // # Atomicity
 //
 // CreateAddresses is one transaction: if every address key has
 // CreateRevision 0 and every fenced CIDR key has the fence's ModRevision,
-// all keys are put; otherwise the same transaction reads the keys, to tell
-// which address was taken (*store.AddressExistsError) or which fence failed
-// (*store.FencedError). UpdateCIDR and DeleteCIDR compare the CIDR's
-// ModRevision, and DeleteCIDR the fences' too. A batch may hold at most
-// MaxBatch addresses (etcd's default limit of 128 operations per
-// transaction).
+// all keys are put. If it is refused, a second read tells which address was
+// taken (*store.AddressExistsError) or which fence failed
+// (*store.FencedError); if neither shows (the address was released in
+// between), the create is tried again, at most eight times. That read is not
+// the transaction's Else branch: an Else travels with every create, through
+// the raft log and the WAL, to serve the rare refusal. UpdateCIDR and
+// DeleteCIDR compare the CIDR's ModRevision, and DeleteCIDR the fences'
+// too. A batch may hold at most MaxBatch addresses.
 //
 // When a creating transaction fails in a way that leaves its outcome unknown
 // (the member serving it went away), the store reads the keys back: if they
@@ -67,18 +101,20 @@
 //
 // Watch reads the CIDRs and the address keys (keys only: the key is the
 // address) in pages, all at one revision R, hands that to Reset, then
-// watches the range from R+1 with previous values, so deletes carry the old
-// record. A compacted, canceled or broken watch makes it read and Reset
-// again. Owner keys sort outside the watched range and cost watchers nothing.
+// watches the range from R+1. The watch asks for no previous values: a
+// delete event's key names the CIDR or address that went, which is all the
+// store.Event of a delete carries (Revision and CIDR.Name or Address.Addr),
+// and previous values would make etcd read the old value of every deleted
+// or updated key for every watcher. A compacted, canceled or broken watch
+// makes it read and Reset again.
 //
 // # Cost
 //
-// An allocation is one transaction (two compares, two puts) and, for every
+// An allocation is one transaction (two compares, one put) and, for every
 // allocator watching, one watch event. Against one embedded member on a
-// 2-core machine, fsync on, that costs about a quarter more CPU per
-// allocation than a bare compare-and-create (If CreateRevision(k)==0 Then
-// Put), most of it inside etcd (the owner key's put, sending and decoding the
-// watch event); see BenchmarkAllocVsRaw.
+// 2-core machine, fsync on, see BenchmarkAllocVsRaw and bench/BENCHMARKS.md
+// for its throughput next to a bare compare-and-create (If
+// CreateRevision(k)==0 Then Put).
 //
 // A watch starts with a paginated read of the address keys: a million
 // addresses take about ten seconds to list here.
@@ -114,8 +150,14 @@ import (
 const DefaultPrefix = "/netipam"
 
 // MaxBatch is the most addresses one CreateAddresses call may create: each
-// takes two Puts, and etcd allows 128 operations per transaction by default.
+// takes a compare and a put, and etcd allows 128 of either per transaction
+// by default, fences included.
 const MaxBatch = 64
+
+// maxCreateAttempts bounds the retries of a create refused because an
+// address was taken, when the address is free again by the time the store
+// reads why.
+const maxCreateAttempts = 8
 
 // defaultPageSize is how many keys one range read of a listing returns.
 const defaultPageSize = 10000
@@ -169,6 +211,11 @@ type Store struct {
 
 	closed atomic.Bool
 	stop   context.Context // canceled by Close; ends every watch
+	// startMu orders starting a watch goroutine with Close: a goroutine is
+	// added to watches only while the store is open.
+	startMu sync.Mutex
+	// owners is the owner index, started by the first AddressesOf.
+	owners atomic.Pointer[ownerIndex]
 	// readBacks counts failed creates that a read-back found applied.
 	readBacks atomic.Int64
 	cancel    context.CancelFunc
@@ -196,6 +243,22 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 // Prefix returns the key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
+// goWatch runs fn in a goroutine that Close waits for, with a context that
+// Close cancels; ErrClosed if the store is closed.
+func (s *Store) goWatch(fn func(ctx context.Context)) error {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	s.watches.Add(1)
+	go func() {
+		defer s.watches.Done()
+		fn(s.stop)
+	}()
+	return nil
+}
+
 func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return store.ErrClosed
@@ -203,10 +266,15 @@ func (s *Store) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *Store) cidrKey(name string) string  { return s.cidrPfx + name }
-func (s *Store) addrKey(a netip.Addr) string { return s.ipPfx + addrSuffix(a) }
-func (s *Store) ownerPrefix(o ipaddress.ParentRef) string {
-	return s.ownerPfx + escape(o.Group) + "/" + escape(o.Resource) + "/" + escape(o.Namespace) + "/" + escape(o.Name) + "/"
+func (s *Store) cidrKey(name string) string { return s.cidrPfx + name }
+func (s *Store) addrKey(a netip.Addr) string {
+	b := make([]byte, 0, len(s.ipPfx)+34)
+	return string(appendAddrSuffix(append(b, s.ipPfx...), a))
+}
+
+// ownerKey returns the layout-1 owner key of a's record held by o.
+func (s *Store) ownerKey(o ipaddress.ParentRef, a netip.Addr) string {
+	return s.ownerPfx + escape(o.Group) + "/" + escape(o.Resource) + "/" + escape(o.Namespace) + "/" + escape(o.Name) + "/" + addrSuffix(a)
 }
 
 func wrap(op string, err error) error { return fmt.Errorf("etcd store: %s: %w", op, err) }
@@ -284,15 +352,19 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	return c, nil
 }
 
+// fenceCmp returns the comparison of a fence.
+func (s *Store) fenceCmp(f store.Fence) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(s.cidrKey(f.CIDR)), "=", f.Revision)
+}
+
 // fenceCmps returns the comparisons of fences and the reads that explain a
 // failure, in the same order.
 func (s *Store) fenceCmps(fences []store.Fence) ([]clientv3.Cmp, []clientv3.Op) {
 	cmps := make([]clientv3.Cmp, len(fences))
 	gets := make([]clientv3.Op, len(fences))
 	for i, f := range fences {
-		key := s.cidrKey(f.CIDR)
-		cmps[i] = clientv3.Compare(clientv3.ModRevision(key), "=", f.Revision)
-		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
+		cmps[i] = s.fenceCmp(f)
+		gets[i] = clientv3.OpGet(s.cidrKey(f.CIDR), clientv3.WithKeysOnly())
 	}
 	return cmps, gets
 }
@@ -387,20 +459,24 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		}
 	}
 	created := time.Unix(0, s.now().UnixNano())
-	out := make([]ipaddress.IPAddress, len(recs))
-	keys := make([]string, len(recs))
-	vals := make([]string, len(recs))
+	kv := make([]string, 2*len(recs))
+	keys, vals := kv[:len(recs)], kv[len(recs):]
 	cmps := make([]clientv3.Cmp, 0, len(recs)+len(fences))
-	puts := make([]clientv3.Op, 0, 2*len(recs))
-	gets := make([]clientv3.Op, 0, len(recs)+len(fences))
+	puts := make([]clientv3.Op, 0, len(recs)+len(fences))
 	for i, r := range recs {
-		r.Created, r.Revision = created, 0
-		out[i] = r
+		r.Created = created
 		keys[i] = s.addrKey(r.Addr)
 		vals[i] = string(encodeRecord(r))
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0))
-		puts = append(puts, clientv3.OpPut(keys[i], vals[i]), clientv3.OpPut(s.ownerPrefix(r.Parent)+addrSuffix(r.Addr), vals[i]))
-		gets = append(gets, clientv3.OpGet(keys[i], clientv3.WithKeysOnly()))
+		puts = append(puts, clientv3.OpPut(keys[i], vals[i]))
+	}
+	// done sets Created and Revision in recs, as the store.Store contract
+	// allows, once the records exist.
+	done := func(rev int64) []ipaddress.IPAddress {
+		for i := range recs {
+			recs[i].Created, recs[i].Revision = created, rev
+		}
+		return recs
 	}
 	for _, f := range fences {
 		if !f.Touch {
@@ -417,25 +493,39 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		}
 		puts = append(puts, clientv3.OpPut(s.cidrKey(f.CIDR), string(encodeCIDR(c))))
 	}
-	fcmps, fgets := s.fenceCmps(fences)
-	cmps = append(cmps, fcmps...)
-	gets = append(gets, fgets...)
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
-	if err != nil {
-		rev, ok := s.readBack(ctx, keys, vals)
-		if ok {
+	for _, f := range fences {
+		cmps = append(cmps, s.fenceCmp(f))
+	}
+	for attempt := 0; ; attempt++ {
+		// No Else: the reads that explain a refusal would travel with every
+		// create, through the raft log and the WAL, and are rarely needed.
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+		if err != nil {
+			rev, ok := s.readBack(ctx, keys, vals)
+			if !ok {
+				return nil, wrap("create addresses", err)
+			}
 			s.readBacks.Add(1)
+			return done(rev), nil
 		}
-		if !ok {
+		if resp.Succeeded {
+			return done(resp.Header.Revision), nil
+		}
+		// Refused: read why. A fence once broken stays broken (a revision
+		// never comes back), but a taken address may have been released
+		// since; then nothing is in the way and the create is tried again.
+		gets := make([]clientv3.Op, 0, len(keys)+len(fences))
+		for _, k := range keys {
+			gets = append(gets, clientv3.OpGet(k, clientv3.WithKeysOnly()))
+		}
+		for _, f := range fences {
+			gets = append(gets, clientv3.OpGet(s.cidrKey(f.CIDR), clientv3.WithKeysOnly()))
+		}
+		why, err := s.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
 			return nil, wrap("create addresses", err)
 		}
-		for i := range out {
-			out[i].Revision = rev
-		}
-		return out, nil
-	}
-	if !resp.Succeeded {
-		rs := rangeResponses(resp, 0)
+		rs := rangeResponses(why, 0)
 		for i, r := range recs {
 			if len(rs[i].Kvs) > 0 {
 				return nil, &store.AddressExistsError{Addr: r.Addr}
@@ -444,12 +534,10 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		if err := failedFence(fences, rs[len(recs):]); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("etcd store: create refused for no reason etcd showed: %w", store.ErrConflict)
+		if attempt >= maxCreateAttempts {
+			return nil, fmt.Errorf("etcd store: create refused %d times for no reason etcd showed: %w", attempt+1, store.ErrConflict)
+		}
 	}
-	for i := range out {
-		out[i].Revision = resp.Header.Revision
-	}
-	return out, nil
 }
 
 // readBack resolves a create whose outcome is unknown: it succeeded if every
@@ -486,8 +574,25 @@ func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, o
 }
 
 // DeleteAddress implements store.Store. It reads the record, then deletes its
-// key and owner key in a transaction fenced on the record's revision.
+// key in a transaction fenced on the record's revision, with the owner key of
+// a layout-1 record.
 func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	return s.deleteAddress(ctx, addr, 0)
+}
+
+// DeleteAddressAt deletes the record of addr as DeleteAddress does, but only
+// if its revision is still rev: store.ErrConflict if the address was
+// released and taken again since, store.ErrNotFound if it is gone.
+func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+	if rev <= 0 {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d: %w", addr, rev, store.ErrConflict)
+	}
+	return s.deleteAddress(ctx, addr, rev)
+}
+
+// deleteAddress deletes the record of addr, if rev is not 0 only the record
+// created at rev.
+func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
 	if err := s.check(ctx); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
@@ -504,13 +609,20 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 			return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 		}
 		kv := resp.Kvs[0]
-		rec, err := recordFromKV(key, addr, kv.Value, kv.CreateRevision)
+		if rev != 0 && kv.CreateRevision != rev {
+			return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", addr, kv.CreateRevision, rev, store.ErrConflict)
+		}
+		rec, version, err := recordVersionFromKV(key, addr, kv.Value, kv.CreateRevision)
 		if err != nil {
 			return ipaddress.IPAddress{}, err
 		}
+		dels := []clientv3.Op{clientv3.OpDelete(key)}
+		if version == legacyRecordVersion {
+			dels = append(dels, clientv3.OpDelete(s.ownerKey(rec.Parent, addr)))
+		}
 		tx, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(clientv3.OpDelete(key), clientv3.OpDelete(s.ownerPrefix(rec.Parent)+addrSuffix(addr))).
+			Then(dels...).
 			Commit()
 		if err != nil {
 			return ipaddress.IPAddress{}, wrap("delete address", err)
@@ -518,7 +630,8 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 		if tx.Succeeded {
 			return rec, nil
 		}
-		// Released and taken again since the read: look again.
+		// Changed since the read (released, and maybe taken again): look
+		// again.
 	}
 }
 
@@ -541,36 +654,27 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 	return recordFromKV(key, addr, resp.Kvs[0].Value, resp.Kvs[0].CreateRevision)
 }
 
-// AddressesOf implements store.Store: one range read of the owner's keys.
+// AddressesOf implements store.Store, from the owner index in this process
+// (started by the first call). It learns the current revision with one
+// linearizable read and answers once the index has caught up with it, so it
+// sees every write that completed before the call, on any client.
 func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	pfx := s.ownerPrefix(owner)
-	var out []ipaddress.IPAddress
-	_, err := s.list(ctx, pfx, clientv3.GetPrefixRangeEnd(pfx), 0, false, func(kv *mvccpb.KeyValue) error {
-		key := string(kv.Key)
-		a, err := addrFromKey(key, pfx)
-		if err != nil {
-			return err
-		}
-		r, err := recordFromKV(key, a, kv.Value, kv.CreateRevision)
-		if err != nil {
-			return err
-		}
-		if r.Parent != owner {
-			return corrupt(key, fmt.Errorf("owner key holds the record of %q", r.Parent))
-		}
-		out = append(out, r)
-		return nil
-	})
+	x, err := s.ownerIndex()
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		out = []ipaddress.IPAddress{}
+	// A key that is never written: the read costs etcd next to nothing.
+	resp, err := s.cli.Get(ctx, s.ipPfx, clientv3.WithCountOnly())
+	if err != nil {
+		return nil, wrap("addresses of", err)
 	}
-	return out, nil
+	if err := x.waitFor(ctx, resp.Header.Revision); err != nil {
+		return nil, err
+	}
+	return x.lookup(owner)
 }
 
 // ListAddresses implements store.Store: every record, at one revision, in
@@ -637,6 +741,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.cancel()
+	// A goWatch that saw the store open has added its goroutine by the
+	// time it lets go of startMu.
+	s.startMu.Lock()
+	s.startMu.Unlock()
 	s.watches.Wait()
 	if s.closeClient {
 		return s.cli.Close()

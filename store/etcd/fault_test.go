@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type faultStats struct {
 	cidrsCreated, cidrsDeleted         atomic.Int64
 	cidrsBlocked, cidrErrs             atomic.Int64
 	fromExtra                          atomic.Int64
+	ownerChecks, ownerErrs             atomic.Int64
 	firstErrMu                         sync.Mutex
 	firstErrs                          map[string]int
 	memberDown                         atomic.Bool
@@ -67,9 +69,11 @@ func (st *faultStats) noteErr(err error) {
 // TestFaultMemberLoss runs three allocators, each with its own client of a
 // 3-member cluster, 16 goroutines each allocating and releasing, while the
 // leader is stopped and restarted and extra CIDRs are created and deleted.
-// No caller may ever be handed an address another caller holds, and at the
+// No caller may ever be handed an address another caller holds, another
+// instance's AddressesOf must show every address it was handed, and at the
 // end etcd must hold every acknowledged, unreleased address, each inside a
-// CIDR that still exists.
+// CIDR that still exists, and every instance's owner index must match the
+// records.
 func TestFaultMemberLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault test skipped in -short mode")
@@ -98,6 +102,10 @@ func TestFaultMemberLoss(t *testing.T) {
 		}
 		defer st.Close()
 		stores = append(stores, st)
+		// Build the owner index now, so that it follows the whole run.
+		if _, err := st.AddressesOf(ctx, ipaddress.ParentRef{Resource: "services", Name: "nobody"}); err != nil {
+			t.Fatal(err)
+		}
 		a, err := allocator.New(ctx, st, allocator.WithPolicy(allocator.RandomOrder()))
 		if err != nil {
 			t.Fatal(err)
@@ -123,7 +131,7 @@ func TestFaultMemberLoss(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, a := range allocs {
 		for g := range workers {
-			wg.Go(func() { faultWorker(t, ctx, a, i, g, keepEvery, &remaining, &held, st) })
+			wg.Go(func() { faultWorker(t, ctx, a, stores[(i+1)%instances], i, g, keepEvery, &remaining, &held, st) })
 		}
 	}
 
@@ -190,17 +198,19 @@ func TestFaultMemberLoss(t *testing.T) {
 		st.allocErrs.Load(), st.allocErrsDown.Load(), st.releaseErrs.Load(), st.releaseErrsDown.Load(), readBacks)
 	t.Logf("CIDRs: %d extra created, %d removed, %d deletions left terminating, %d churn errors; %d allocations came from extra CIDRs",
 		st.cidrsCreated.Load(), st.cidrsDeleted.Load(), st.cidrsBlocked.Load(), st.cidrErrs.Load(), st.fromExtra.Load())
+	t.Logf("owner index: %d AddressesOf checks on another instance, %d errors (retried)", st.ownerChecks.Load(), st.ownerErrs.Load())
 	for msg, n := range st.firstErrs {
 		t.Logf("  %dx %s", n, msg)
 	}
 
-	checkFaultEnd(t, ctx, c, admin, &held)
+	checkFaultEnd(t, ctx, c, admin, stores, &held)
 }
 
 // faultWorker runs cycles until none remain: AllocateNext (retried until it
-// succeeds), a check against every address held, then Release (retried),
-// except every keepEvery-th address, which it keeps.
-func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, inst, g, keepEvery int, remaining *atomic.Int64, held *sync.Map, st *faultStats) {
+// succeeds), a check against every address held, every tenth cycle a check
+// that other (another instance's store) shows the address as the owner's,
+// then Release (retried), except every keepEvery-th address, which it keeps.
+func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, other *Store, inst, g, keepEvery int, remaining *atomic.Int64, held *sync.Map, st *faultStats) {
 	for n := 0; remaining.Add(-1) >= 0; n++ {
 		owner := ipaddress.ParentRef{Resource: "services", Namespace: fmt.Sprintf("i%d", inst), Name: fmt.Sprintf("w%d-%d", g, n)}
 		var rec ipaddress.IPAddress
@@ -232,6 +242,9 @@ func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, inst
 			st.fromExtra.Add(1)
 		}
 		st.allocs.Add(1)
+		if n%10 == 0 && !checkOwnerIndex(t, ctx, other, rec, deadline, st) {
+			return
+		}
 		if n%keepEvery == keepEvery-1 {
 			st.kept.Add(1)
 			st.done.Add(1)
@@ -260,6 +273,31 @@ func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, inst
 		}
 		st.releases.Add(1)
 		st.done.Add(1)
+	}
+}
+
+// checkOwnerIndex checks that other's AddressesOf shows exactly rec for its
+// owner (owners are unique per cycle), retrying errors until deadline.
+func checkOwnerIndex(t *testing.T, ctx context.Context, other *Store, rec ipaddress.IPAddress, deadline time.Time, st *faultStats) bool {
+	st.ownerChecks.Add(1)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		recs, err := other.AddressesOf(octx, rec.Parent)
+		cancel()
+		if err == nil {
+			if len(recs) != 1 || recs[0].Addr != rec.Addr || recs[0].Parent != rec.Parent || recs[0].Revision != rec.Revision || !recs[0].Created.Equal(rec.Created) {
+				t.Errorf("another instance's AddressesOf(%v) = %+v right after it was handed %+v", rec.Parent, recs, rec)
+				return false
+			}
+			return true
+		}
+		st.ownerErrs.Add(1)
+		st.noteErr(fmt.Errorf("AddressesOf: %w", err))
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Errorf("AddressesOf(%v): %v", rec.Parent, err)
+			return false
+		}
+		time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
 	}
 }
 
@@ -313,8 +351,9 @@ func faultChurn(ctx context.Context, allocs []*allocator.Allocator, stop <-chan 
 	}
 }
 
-// checkFaultEnd checks etcd's content against what callers were told.
-func checkFaultEnd(t *testing.T, ctx context.Context, c *testCluster, admin *Store, held *sync.Map) {
+// checkFaultEnd checks etcd's content against what callers were told, and
+// the owner index of each of stores against etcd's content.
+func checkFaultEnd(t *testing.T, ctx context.Context, c *testCluster, admin *Store, stores []*Store, held *sync.Map) {
 	cli := admin.cli
 	// Every member is back and holds the same revision eventually; read
 	// through the admin client (linearizable).
@@ -339,28 +378,36 @@ func checkFaultEnd(t *testing.T, ctx context.Context, c *testCluster, admin *Sto
 		}
 		records[a] = r
 	}
-	// The owner index matches the records one to one.
-	oresp, err := cli.Get(ctx, admin.ownerPfx, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	// Layout 2 writes no owner key; every instance's owner index holds
+	// exactly the records.
+	oresp, err := cli.Get(ctx, admin.ownerPfx, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(oresp.Kvs) != len(records) {
-		t.Errorf("%d owner keys for %d records", len(oresp.Kvs), len(records))
+	if oresp.Count != 0 {
+		t.Errorf("%d owner keys", oresp.Count)
 	}
-	for _, kv := range oresp.Kvs {
-		key := string(kv.Key)
-		r, err := recordFromKV(key, netip.Addr{}, kv.Value, kv.CreateRevision)
-		if err != nil {
+	for i, s := range stores {
+		x := s.owners.Load()
+		if err := x.waitFor(ctx, rev); err != nil {
 			t.Fatal(err)
 		}
-		pfx := admin.ownerPrefix(r.Parent)
-		a, err := addrFromKey(key, pfx)
-		if err != nil {
-			t.Fatalf("owner key %q does not match its value's owner: %v", key, err)
+		x.mu.Lock()
+		if len(x.byAddr) != len(records) || len(x.corrupt) != 0 {
+			t.Errorf("instance %d: owner index holds %d addresses and %d corrupt keys, etcd %d records", i, len(x.byAddr), len(x.corrupt), len(records))
 		}
-		if rec, ok := records[a]; !ok || rec.Parent != r.Parent || rec.Revision != r.Revision {
-			t.Errorf("owner key %q: record %+v", key, rec)
+		for a, r := range records {
+			o := x.byAddr[a]
+			if o == nil || o.ref != r.Parent {
+				t.Errorf("instance %d: owner index has %s as %v's, etcd as %v's", i, a, o, r.Parent)
+				continue
+			}
+			j := slices.IndexFunc(o.addrs, func(e ownedAddr) bool { return e.addr == a })
+			if j < 0 || o.addrs[j].rev != r.Revision || o.addrs[j].created != r.Created.UnixNano() {
+				t.Errorf("instance %d: owner index entry %+v for %+v", i, o.addrs, r)
+			}
 		}
+		x.mu.Unlock()
 	}
 	// CIDRs present at the same revision.
 	cresp, err := cli.Get(ctx, admin.cidrPfx, clientv3.WithPrefix(), clientv3.WithRev(rev))

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"strconv"
@@ -72,7 +73,17 @@ func FuzzRecordValue(f *testing.F) {
 	f.Add([]byte{})
 	const key = "/p/v1/ips/4/0a000001"
 	a := netip.MustParseAddr("10.0.0.1")
+	f.Add([]byte(`{"v":2,"resource":"services","name":"a","created":-0}`))
+	f.Add([]byte(`{"v":2,"resource":"services","name":"a<b>","created":012}`))
+	f.Add([]byte(`{"v":1,"group":"g","resource":"r","namespace":"n","name":"x","created":9223372036854775808}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The fast path decodes what json.Unmarshal decodes, the same way.
+		if v, ok := decodePlainRecord(b); ok {
+			var w recordValue
+			if err := json.Unmarshal(b, &w); err != nil || w != v {
+				t.Fatalf("%q: fast path %+v, json %+v (%v)", b, v, w, err)
+			}
+		}
 		r, err := recordFromKV(key, a, b, 9)
 		if err != nil {
 			checkCorrupt(t, err, key)
@@ -82,6 +93,11 @@ func FuzzRecordValue(f *testing.F) {
 			t.Fatalf("decoded %+v", r)
 		}
 		enc := encodeRecord(r)
+		// Built directly or not, the encoding is encoding/json's.
+		p := r.Parent
+		if want, err := json.Marshal(recordValue{V: recordVersion, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name, Created: r.Created.UnixNano()}); err != nil || !bytes.Equal(enc, want) {
+			t.Fatalf("encodeRecord(%+v) = %s, json %s", r, enc, want)
+		}
 		again, err := recordFromKV(key, a, enc, 9)
 		if err != nil {
 			t.Fatalf("re-decoding %s: %v", enc, err)

@@ -36,16 +36,12 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 		return err
 	}
 	w.Reset(snap)
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.stop, cancel)
-	s.watches.Add(1)
-	go func() {
-		defer s.watches.Done()
-		defer stop()
+	return s.goWatch(func(stop context.Context) {
+		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		defer context.AfterFunc(stop, cancel)()
 		s.follow(wctx, w, snap.Revision)
-	}()
-	return nil
+	})
 }
 
 func (s *Store) report(err error) {
@@ -160,7 +156,10 @@ func (s *Store) watchFrom(ctx context.Context, w store.Watcher, rev *int64) erro
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	start, end := s.watchRange()
-	ch := s.cli.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(*rev+1), clientv3.WithPrevKV())
+	// No WithPrevKV: a delete's key names what went (the CIDR's name, the
+	// address), which is all a delete event carries, and etcd would read
+	// the old value of every deleted or updated key for every watcher.
+	ch := s.cli.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(*rev+1))
 	for resp := range ch {
 		if err := resp.Err(); err != nil {
 			return err
@@ -199,13 +198,7 @@ func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
 			}
 			return store.Event{Kind: store.CIDRPut, Revision: rev, CIDR: c}, true
 		}
-		c := cidrset.CIDR{Name: name}
-		if ev.PrevKv != nil {
-			if old, err := cidrFromKV(key, name, ev.PrevKv.Value, ev.PrevKv.ModRevision); err == nil {
-				c = old
-			}
-		}
-		return store.Event{Kind: store.CIDRDeleted, Revision: rev, CIDR: c}, true
+		return store.Event{Kind: store.CIDRDeleted, Revision: rev, CIDR: cidrset.CIDR{Name: name}}, true
 	case len(key) >= len(s.ipPfx) && key[:len(s.ipPfx)] == s.ipPfx:
 		a, err := addrFromKey(key, s.ipPfx)
 		if err != nil {
@@ -213,23 +206,16 @@ func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
 			return store.Event{}, false
 		}
 		r := ipaddress.IPAddress{Addr: a}
-		kind := store.AddressDeleted
-		switch {
-		case put:
-			kind = store.AddressPut
-			if dec, err := recordFromKV(key, a, ev.Kv.Value, 0); err != nil {
-				s.report(err)
-			} else {
-				r.Parent, r.Created = dec.Parent, dec.Created
-			}
-			r.Revision = ev.Kv.CreateRevision
-		case ev.PrevKv != nil:
-			if dec, err := decodeRecord(ev.PrevKv.Value); err == nil {
-				r.Parent, r.Created = dec.Parent, dec.Created
-			}
-			r.Revision = ev.PrevKv.CreateRevision
+		if !put {
+			return store.Event{Kind: store.AddressDeleted, Revision: rev, Address: r}, true
 		}
-		return store.Event{Kind: kind, Revision: rev, Address: r}, true
+		if dec, err := recordFromKV(key, a, ev.Kv.Value, 0); err != nil {
+			s.report(err)
+		} else {
+			r.Parent, r.Created = dec.Parent, dec.Created
+		}
+		r.Revision = ev.Kv.CreateRevision
+		return store.Event{Kind: store.AddressPut, Revision: rev, Address: r}, true
 	}
 	return store.Event{}, false
 }

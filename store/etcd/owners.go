@@ -1,0 +1,305 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// progressEvery is how often a caller waiting for the owner index to reach a
+// revision asks etcd again for a progress notification: etcd drops the
+// request while the stream has a watcher still catching up.
+const progressEvery = 50 * time.Millisecond
+
+// ownedAddr is one address of an owner, as the owner index keeps it.
+type ownedAddr struct {
+	addr    netip.Addr
+	created int64 // Unix nanoseconds
+	rev     int64 // the record's revision (its key's CreateRevision)
+}
+
+// owned is an owner and its addresses, in no particular order.
+type owned struct {
+	ref   ipaddress.ParentRef
+	addrs []ownedAddr
+}
+
+// ownerIndex maps owners to their address records, in this process. The
+// first AddressesOf starts it: a listing of the address records, values
+// included, then a watch of the address keys, until the store is closed.
+type ownerIndex struct {
+	s *Store
+
+	mu sync.Mutex
+	// rev is the revision the index reflects: every record created or
+	// deleted at rev or before is in it or gone from it. 0 until the first
+	// listing is done.
+	rev     int64
+	advance chan struct{} // closed and replaced when rev advances
+	byAddr  map[netip.Addr]*owned
+	byOwner map[ipaddress.ParentRef]*owned
+	// corrupt holds the keys under the address prefix whose key or value
+	// cannot be decoded: their owner is unknown.
+	corrupt map[string]error
+	// wctx is the context of the running etcd watch, whose gRPC stream
+	// progress requests must go to.
+	wctx context.Context
+}
+
+func newOwnerIndex(s *Store) *ownerIndex {
+	x := &ownerIndex{s: s, advance: make(chan struct{})}
+	x.clearLocked()
+	return x
+}
+
+func (x *ownerIndex) clearLocked() {
+	x.byAddr = map[netip.Addr]*owned{}
+	x.byOwner = map[ipaddress.ParentRef]*owned{}
+	x.corrupt = map[string]error{}
+}
+
+// setRevLocked records that the index reflects rev, waking waiters.
+func (x *ownerIndex) setRevLocked(rev int64) {
+	if rev <= x.rev {
+		return
+	}
+	x.rev = rev
+	close(x.advance)
+	x.advance = make(chan struct{})
+}
+
+// putLocked applies a put of key (an address key, value included).
+func (x *ownerIndex) putLocked(key string, value []byte, createRev int64) {
+	a, err := addrFromKey(key, x.s.ipPfx)
+	if err != nil {
+		x.corrupt[key] = err
+		return
+	}
+	x.removeLocked(a)
+	delete(x.corrupt, key)
+	r, err := recordFromKV(key, a, value, createRev)
+	if err != nil {
+		x.corrupt[key] = err
+		return
+	}
+	o := x.byOwner[r.Parent]
+	if o == nil {
+		o = &owned{ref: r.Parent}
+		x.byOwner[r.Parent] = o
+	}
+	o.addrs = append(o.addrs, ownedAddr{addr: a, created: r.Created.UnixNano(), rev: createRev})
+	x.byAddr[a] = o
+}
+
+// deleteLocked applies a delete of key.
+func (x *ownerIndex) deleteLocked(key string) {
+	delete(x.corrupt, key)
+	if a, err := addrFromKey(key, x.s.ipPfx); err == nil {
+		x.removeLocked(a)
+	}
+}
+
+func (x *ownerIndex) removeLocked(a netip.Addr) {
+	o := x.byAddr[a]
+	if o == nil {
+		return
+	}
+	delete(x.byAddr, a)
+	i := slices.IndexFunc(o.addrs, func(e ownedAddr) bool { return e.addr == a })
+	o.addrs[i] = o.addrs[len(o.addrs)-1]
+	o.addrs = o.addrs[:len(o.addrs)-1]
+	if len(o.addrs) == 0 {
+		delete(x.byOwner, o.ref)
+	}
+}
+
+// load replaces the index's content with a listing of the address records
+// (values included), all at one revision, and returns that revision. A
+// failed listing leaves the index as it was.
+func (x *ownerIndex) load(ctx context.Context) (int64, error) {
+	fresh := &ownerIndex{s: x.s}
+	for attempt := 0; ; attempt++ {
+		fresh.clearLocked()
+		rev, err := x.s.list(ctx, x.s.ipPfx, clientv3.GetPrefixRangeEnd(x.s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
+			fresh.putLocked(string(kv.Key), kv.Value, kv.CreateRevision)
+			return nil
+		})
+		// The revision read may be compacted between pages: read again.
+		if errors.Is(err, rpctypes.ErrCompacted) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		x.mu.Lock()
+		x.byAddr, x.byOwner, x.corrupt = fresh.byAddr, fresh.byOwner, fresh.corrupt
+		x.setRevLocked(rev)
+		x.mu.Unlock()
+		return rev, nil
+	}
+}
+
+// run lists the address records and follows their changes, listing again
+// whenever the watch ends (and retrying a failed listing with backoff),
+// until ctx ends.
+func (x *ownerIndex) run(ctx context.Context) {
+	backoff := minRelistBackoff
+	for {
+		rev, err := x.load(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			x.s.report(fmt.Errorf("etcd store: owner index: list: %w", err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, maxRelistBackoff)
+			continue
+		}
+		backoff = minRelistBackoff
+		err = x.watchFrom(ctx, rev)
+		if ctx.Err() != nil {
+			return
+		}
+		x.s.report(fmt.Errorf("etcd store: owner index: watch from revision %d ended, re-listing: %w", rev+1, err))
+	}
+}
+
+// watchFrom runs one etcd watch of the address keys from rev+1 until it
+// ends, and returns why.
+func (x *ownerIndex) watchFrom(ctx context.Context, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	x.mu.Lock()
+	x.wctx = wctx
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		x.wctx = nil
+		x.mu.Unlock()
+	}()
+	ch := x.s.cli.Watch(wctx, x.s.ipPfx, clientv3.WithRange(clientv3.GetPrefixRangeEnd(x.s.ipPfx)), clientv3.WithRev(rev+1))
+	for resp := range ch {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if resp.Canceled {
+			return errors.New("watch canceled")
+		}
+		x.mu.Lock()
+		if resp.IsProgressNotify() {
+			// Every event up to the header's revision was delivered.
+			x.setRevLocked(resp.Header.Revision)
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypePut {
+				x.putLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
+			} else {
+				x.deleteLocked(string(ev.Kv.Key))
+			}
+		}
+		if n := len(resp.Events); n > 0 {
+			// Not the header's revision: a watch catching up may send
+			// its events in several responses, each with the current
+			// revision in its header.
+			x.setRevLocked(resp.Events[n-1].Kv.ModRevision)
+		}
+		x.mu.Unlock()
+	}
+	return errWatchClosed
+}
+
+// ownerIndex returns the store's owner index, starting it (in the
+// background, for the store's lifetime) on the first call. It may not have
+// loaded yet: see waitFor.
+func (s *Store) ownerIndex() (*ownerIndex, error) {
+	if x := s.owners.Load(); x != nil {
+		return x, nil
+	}
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if x := s.owners.Load(); x != nil {
+		return x, nil
+	}
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	x := newOwnerIndex(s)
+	s.watches.Add(1)
+	go func() {
+		defer s.watches.Done()
+		x.run(s.stop)
+	}()
+	s.owners.Store(x)
+	return x, nil
+}
+
+// waitFor blocks until the index reflects revision rev, asking etcd for
+// progress notifications meanwhile (a revision that is not an address
+// write produces no event).
+func (x *ownerIndex) waitFor(ctx context.Context, rev int64) error {
+	var last time.Time
+	for {
+		x.mu.Lock()
+		at, advance, wctx := x.rev, x.advance, x.wctx
+		x.mu.Unlock()
+		if at >= rev {
+			return nil
+		}
+		if wctx != nil && time.Since(last) >= progressEvery {
+			last = time.Now()
+			// Failures are not errors here: a broken watch re-lists,
+			// which advances the index too.
+			_ = x.s.cli.RequestProgress(wctx)
+		}
+		timer := time.NewTimer(progressEvery)
+		select {
+		case <-advance:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-x.s.stop.Done():
+			timer.Stop()
+			return store.ErrClosed
+		}
+		timer.Stop()
+	}
+}
+
+// lookup returns owner's records, in address order, or the first corrupt
+// key's error if any record cannot be decoded (it might be owner's).
+func (x *ownerIndex) lookup(owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.corrupt) > 0 {
+		keys := make([]string, 0, len(x.corrupt))
+		for k := range x.corrupt {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return nil, x.corrupt[keys[0]]
+	}
+	out := []ipaddress.IPAddress{}
+	if o := x.byOwner[owner]; o != nil {
+		for _, e := range o.addrs {
+			out = append(out, ipaddress.IPAddress{Addr: e.addr, Parent: o.ref, Created: time.Unix(0, e.created), Revision: e.rev})
+		}
+	}
+	slices.SortFunc(out, func(a, b ipaddress.IPAddress) int { return a.Addr.Compare(b.Addr) })
+	return out, nil
+}
