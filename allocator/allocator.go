@@ -639,6 +639,25 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 	if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
 		return err
 	}
+	return a.released(ctx, addr)
+}
+
+// ReleaseAt frees addr only if its record's revision is still rev: for a
+// caller that decided on a record it read, such as repair. It fails with an
+// error matching ErrConflict if the address was released and allocated
+// again since, and ErrNotFound if it is free.
+func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) error {
+	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return err
+	}
+	if _, err := a.st.DeleteAddressAt(ctx, addr, rev); err != nil {
+		return err
+	}
+	return a.released(ctx, addr)
+}
+
+// released re-checks the Terminating CIDRs that contained addr, just freed.
+func (a *Allocator) released(ctx context.Context, addr netip.Addr) error {
 	if a.dyingCount.Load() == 0 {
 		return nil
 	}

@@ -29,6 +29,8 @@ var (
 	ErrNotFound = store.ErrNotFound
 	// ErrExists: a CIDR of that name exists.
 	ErrExists = store.ErrExists
+	// ErrConflict: the object changed since the revision the caller gave.
+	ErrConflict = store.ErrConflict
 	// ErrInvalid: the input failed validation; errors.As to
 	// *ipaddress.FieldError for the details.
 	ErrInvalid = ipaddress.ErrInvalid

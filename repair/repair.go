@@ -322,22 +322,17 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
 }
 
-// release deletes rec if the store still holds exactly that record. It
-// reports false when the record is gone or was replaced since the listing.
+// release deletes rec if the store still holds exactly that record, in
+// one conditional write. It reports false when the record is gone or was
+// replaced since the listing.
 func (p *pass) release(ctx context.Context, rec ipaddress.IPAddress) (bool, error) {
-	cur, err := p.st.GetAddress(ctx, rec.Addr)
-	if errors.Is(err, store.ErrNotFound) {
+	// Through the allocator, not the store: it re-checks a Terminating
+	// CIDR the address may have been holding.
+	err := p.a.ReleaseAt(ctx, rec.Addr, rec.Revision)
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
 		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if cur.Revision != rec.Revision || cur.Parent != rec.Parent {
-		return false, nil
-	}
-	// Release, not the store: it re-checks a Terminating CIDR the
-	// address may have been holding.
-	if err := p.a.Release(ctx, rec.Addr); err != nil && !errors.Is(err, store.ErrNotFound) {
+	case err != nil:
 		return false, err
 	}
 	return true, nil

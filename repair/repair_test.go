@@ -452,3 +452,38 @@ func TestParentCreatedAfterListingIsNotALeak(t *testing.T) {
 		t.Fatalf("Run = %v, %v", rep.Events, err)
 	}
 }
+
+// reallocating is a consumer source that, asked whether the leaked owner
+// exists, first lets the address go to someone else: the record the pass
+// listed is replaced while the pass runs.
+type reallocating struct {
+	*repair.Static
+	e     *env
+	addr  string
+	taker ipaddress.ParentRef
+}
+
+func (r reallocating) Exists(ctx context.Context, ref ipaddress.ParentRef) (bool, error) {
+	if err := r.e.a.Release(ctx, netip.MustParseAddr(r.addr)); err != nil {
+		return false, err
+	}
+	r.e.allocate(r.addr, r.taker)
+	return false, nil
+}
+
+// A leak is cleaned up only if the store still holds the very record the
+// pass listed: the delete is conditional on its revision, so an address
+// released and allocated again meanwhile keeps its new owner.
+func TestLeakReallocatedDuringThePassIsKept(t *testing.T) {
+	e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/28"}})
+	e.allocate("10.96.0.5", svc("gone"))
+	e.clock.Advance(time.Hour)
+	r := &repair.Repairer{Allocator: e.a, Consumers: reallocating{repair.NewStatic(), e, "10.96.0.5", svc("new")}, Now: e.clock.Now}
+	if _, err := r.Run(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := e.record("10.96.0.5")
+	if !ok || rec.Parent != svc("new") {
+		t.Fatalf("record of 10.96.0.5 = %+v, %v; want it held by the new owner", rec, ok)
+	}
+}

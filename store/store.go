@@ -104,6 +104,10 @@ type Store interface {
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
 	// DeleteAddress removes the record of addr and returns it.
 	DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
+	// DeleteAddressAt removes the record of addr only if its revision is
+	// still rev, for a caller that decided on the record it read (repair):
+	// ErrConflict if it was replaced since, ErrNotFound if it is gone.
+	DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error)
 	// GetAddress returns the record of addr.
 	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
 	// AddressesOf returns the records held by owner, through an index.

@@ -494,6 +494,17 @@ func getAddress(tx *bbolt.Tx, a netip.Addr, key []byte) (ipaddress.IPAddress, bo
 
 // DeleteAddress implements store.Store.
 func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	return s.deleteAddress(ctx, addr, 0)
+}
+
+// DeleteAddressAt implements store.Store.
+func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+	return s.deleteAddress(ctx, addr, rev)
+}
+
+// deleteAddress removes the record of addr if its revision is want, or
+// whatever its revision with want 0 (revisions start at 1).
+func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64) (ipaddress.IPAddress, error) {
 	if checkAddr(addr) != nil {
 		if err := ctx.Err(); err != nil {
 			return ipaddress.IPAddress{}, err
@@ -511,6 +522,8 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 			return nil, err
 		case !ok:
 			return nil, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		case want != 0 && rec.Revision != want:
+			return nil, fmt.Errorf("address %s at revision %d, not %d: %w", addr, rec.Revision, want, store.ErrConflict)
 		}
 		if err := tx.Bucket(bucketAddrs).Delete(key); err != nil {
 			return nil, err

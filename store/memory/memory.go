@@ -281,6 +281,25 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 	return rec, nil
 }
 
+// DeleteAddressAt implements store.Store.
+func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	defer s.mu.Unlock()
+	cur, ok := s.addrs.get(addr)
+	if !ok {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	if cur.Revision != rev {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", addr, cur.Revision, rev, store.ErrConflict)
+	}
+	rec, _ := s.addrs.delete(addr)
+	s.rev++
+	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: rec})
+	return rec, nil
+}
+
 // GetAddress implements store.Store.
 func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
 	if err := s.lock(ctx); err != nil {

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CIDRUpdateIsOptimistic", testCIDRUpdate},
 		{"CIDRDeleteIsFencedOnRevisions", testCIDRDelete},
 		{"AddressCreateGetDelete", testAddressLifecycle},
+		{"AddressDeleteAtIsConditionalOnRevision", testAddressDeleteAt},
 		{"AddressBatchIsAllOrNothing", testAddressBatch},
 		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
 		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
@@ -214,6 +215,32 @@ func testAddressLifecycle(t *testing.T, s store.Store) {
 	all, err := s.ListAddresses(ctx)
 	if err != nil || len(all) != 2 {
 		t.Fatalf("ListAddresses = %v, %v; want 2 records", all, err)
+	}
+}
+
+func testAddressDeleteAt(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	old := mustAddr(t, s, "10.0.0.7", "first")
+	if _, err := s.DeleteAddress(ctx, old.Addr); err != nil {
+		t.Fatal(err)
+	}
+	cur := mustAddr(t, s, "10.0.0.7", "second")
+	// A decision taken on the first record must not remove the second.
+	if _, err := s.DeleteAddressAt(ctx, old.Addr, old.Revision); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("DeleteAddressAt with a stale revision: %v, want ErrConflict", err)
+	}
+	if got, err := s.GetAddress(ctx, cur.Addr); err != nil || got.Parent != cur.Parent {
+		t.Fatalf("after a refused DeleteAddressAt: %+v, %v; want the record of %q", got, err, cur.Parent.Name)
+	}
+	del, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision)
+	if err != nil || del.Parent != cur.Parent || del.Revision != cur.Revision {
+		t.Fatalf("DeleteAddressAt = %+v, %v; want %+v", del, err, cur)
+	}
+	if _, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("DeleteAddressAt of a gone record: %v, want ErrNotFound", err)
+	}
+	if recs, err := s.AddressesOf(ctx, cur.Parent); err != nil || len(recs) != 0 {
+		t.Fatalf("owner index after DeleteAddressAt: %v, %v", recs, err)
 	}
 }
 
