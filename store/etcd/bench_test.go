@@ -23,8 +23,10 @@ import (
 // dynamic allocations per second through the allocator (AllocateNext on the
 // etcd store) next to raw compare-and-create transactions per second
 // (If CreateRevision(k)==0 Then Put), at 1, 4 and 16 concurrent callers,
-// with the store's own fenced create (two compares, two puts) in between.
-// With -v it logs the three side by side.
+// with the store's own fenced create (two compares, one put) in between.
+// Then it measures raw and alloc again in alternating chunks ("paired"), so
+// that load from outside the benchmark, which comes and goes over seconds
+// on a shared machine, hits both alike. With -v it logs all side by side.
 //
 //	go test -run x -bench AllocVsRaw -benchtime 3000x ./store/etcd/
 func BenchmarkAllocVsRaw(b *testing.B) {
@@ -110,14 +112,67 @@ func BenchmarkAllocVsRaw(b *testing.B) {
 			cpus[fmt.Sprintf("alloc/%d", callers)] = cpu
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 		})
+		// b.N raw creates and b.N allocations, in 12 chunks each, raw
+		// first in every other pair (ABBA).
+		b.Run(fmt.Sprintf("paired/callers=%d", callers), func(b *testing.B) {
+			run := runs.Add(1)
+			st, err := New(cli, WithPrefix(fmt.Sprintf("/bench/%d", run)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			if _, err := a.CreateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/12")); err != nil {
+				b.Fatal(err)
+			}
+			raw := func(i int) error {
+				k := fmt.Sprintf("/raw/%d/%d", run, i)
+				_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, value)).Commit()
+				return err
+			}
+			alloc := func(i int) error {
+				owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("svc-%06d", i)}
+				_, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
+				return err
+			}
+			size := max(b.N/12, 1)
+			var tRaw, tAlloc time.Duration
+			b.ResetTimer()
+			for from, pair := 0, 0; from < b.N; from, pair = from+size, pair+1 {
+				n := min(size, b.N-from)
+				first, second, t1, t2 := raw, alloc, &tRaw, &tAlloc
+				if pair%2 == 1 {
+					first, second, t1, t2 = alloc, raw, &tAlloc, &tRaw
+				}
+				for _, step := range []struct {
+					op func(int) error
+					t  *time.Duration
+				}{{first, t1}, {second, t2}} {
+					took, err := runChunk(callers, from, n, step.op)
+					if err != nil {
+						b.Fatal(err)
+					}
+					*step.t += took
+				}
+			}
+			b.StopTimer()
+			results[fmt.Sprintf("paired/%d", callers)] = tRaw.Seconds() / tAlloc.Seconds()
+			b.ReportMetric(float64(b.N)/tRaw.Seconds(), "raw-ops/s")
+			b.ReportMetric(float64(b.N)/tAlloc.Seconds(), "alloc-ops/s")
+			b.ReportMetric(100*tRaw.Seconds()/tAlloc.Seconds(), "alloc/raw-%")
+		})
 	}
 	var lines []string
 	for _, callers := range []int{1, 4, 16} {
 		k := func(kind string) string { return fmt.Sprintf("%s/%d", kind, callers) }
 		raw, st, alloc := results[k("raw")], results[k("store")], results[k("alloc")]
 		if raw > 0 {
-			lines = append(lines, fmt.Sprintf("callers=%-2d  raw %6.0f/s  store %6.0f/s (%3.0f%%)  alloc %6.0f/s (%3.0f%%)  CPU µs/op: raw %3.0f, store %3.0f, alloc %3.0f",
-				callers, raw, st, 100*st/raw, alloc, 100*alloc/raw, cpus[k("raw")], cpus[k("store")], cpus[k("alloc")]))
+			lines = append(lines, fmt.Sprintf("callers=%-2d  raw %6.0f/s  store %6.0f/s (%3.0f%%)  alloc %6.0f/s (%3.0f%%)  paired alloc/raw %3.0f%%  CPU µs/op: raw %3.0f, store %3.0f, alloc %3.0f",
+				callers, raw, st, 100*st/raw, alloc, 100*alloc/raw, 100*results[k("paired")], cpus[k("raw")], cpus[k("store")], cpus[k("alloc")]))
 		}
 	}
 	sort.Strings(lines)
@@ -155,4 +210,36 @@ func parallel(b *testing.B, callers int, op func(i int) error) (elapsed time.Dur
 	cpuPerOp = float64(cpu.Microseconds()) / float64(b.N)
 	b.ReportMetric(cpuPerOp, "cpu-µs/op")
 	return elapsed, cpuPerOp
+}
+
+// runChunk runs op(from..from+n-1) on callers goroutines and returns the
+// time it took.
+func runChunk(callers, from, n int, op func(i int) error) (time.Duration, error) {
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= from+n {
+					return
+				}
+				if err := op(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	select {
+	case err := <-errs:
+		return took, err
+	default:
+		return took, nil
+	}
 }
