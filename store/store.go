@@ -163,7 +163,8 @@ const (
 )
 
 // Event is one change. CIDR is set for CIDR events (for CIDRDeleted only its
-// Name is certain), Address for address events.
+// Name is certain), Address for address events (for AddressDeleted only its
+// Addr is certain: the etcd store learns no more from a delete).
 type Event struct {
 	Kind     EventKind
 	Revision int64
