@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -16,8 +17,8 @@ import (
 // garbage collector never scans them and a record costs a few tens of bytes
 // on top of its owner's name.
 //
-// Layout. Every record is one immutable entry in an append-only byte arena
-// (see arena), named by its arena offset, a uint32:
+// Layout. Every record is one entry in a byte arena (see arena), named by
+// its arena offset, a uint32, and never changed while the record lives:
 //
 //	uvarint(scope<<1 | is6) | address (4 or 16 bytes) | uvarint(revision) |
 //	uvarint(created - base) | uvarint(len(name)) | name
@@ -54,9 +55,11 @@ import (
 // the first, name length 1) and 24 for IPv6, and 6/load + 5/load bytes of
 // slots, 15 to 18.
 //
-// Deleting a record turns its entry into waste; when the waste outgrows the
-// live entries, compact copies the live ones into a fresh arena and rebuilds
-// the owner table (and shrinks the tables if they are mostly empty).
+// Deleting a record turns its entry into waste, which the next entry of the
+// same size reuses; when the waste outgrows the live entries all the same
+// (many deletions, or sizes that do not come back), compact copies the live
+// ones into a fresh arena and rebuilds the owner table (and shrinks the
+// tables if they are mostly empty).
 type records struct {
 	v4, v6 offTable
 	owners offTable
@@ -167,8 +170,9 @@ func (r *records) record(a netip.Addr, e entry) ipaddress.IPAddress {
 func (r *records) recordOf(a netip.Addr, f fields) ipaddress.IPAddress {
 	s := r.scopes[f.sid]
 	return ipaddress.IPAddress{
-		Addr:     a,
-		Parent:   ipaddress.ParentRef{Group: s.group, Resource: s.resource, Namespace: s.namespace, Name: f.name},
+		Addr: a,
+		// A copy: the entry's bytes are reused once it is deleted.
+		Parent:   ipaddress.ParentRef{Group: s.group, Resource: s.resource, Namespace: s.namespace, Name: strings.Clone(f.name)},
 		Created:  unixTime(int64(f.created)),
 		Revision: int64(f.rev),
 	}
@@ -183,7 +187,7 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 	}
 	off := t.off(i)
 	f := r.parse(off)
-	rec := r.recordOf(a, f) // its name stays valid: see arena
+	rec := r.recordOf(a, f)
 	r.removeAt(t, i)
 	o := &r.owners
 	j := r.home(o, r.ownerHash(f.sid, f.name))
@@ -191,7 +195,7 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 		j = o.next(j)
 	}
 	r.removeAt(o, j)
-	r.arena.free(f.size)
+	r.arena.release(off, f.size)
 	if r.arena.waste >= r.compactAt && r.arena.waste > r.arena.live {
 		r.compact()
 	}
@@ -607,9 +611,9 @@ func parseBytes(b []byte, base uint32) fields {
 	nl, n := binary.Uvarint(b[p:])
 	p += n
 	if nl > 0 {
-		// Safe because the arena never changes a byte once written (see
-		// arena), and this string, pointing into the chunk, keeps the
-		// chunk alive after compaction drops it.
+		// Not a copy: valid only until the entry is deleted (its bytes
+		// are then reused), so it must not leave the store; recordOf
+		// copies it.
 		f.name = unsafe.String(&b[p], int(nl))
 	}
 	f.size = p + int(nl)
@@ -623,16 +627,16 @@ func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 // its chunk's index in the high 12 bits and its position in the low
 // chunkBits: 4096 chunks, about 4 GiB of entries at most.
 //
-// Invariant: a chunk is only ever appended to, within its capacity, so no
-// byte below a chunk's length ever changes and the chunk is never moved.
-// That is what lets parseBytes hand out names as strings pointing into a
-// chunk (unsafe.String) instead of copies: the bytes under such a string
-// are immutable, and the string keeps its chunk alive after compaction
-// replaces the arena. Anything that changes the arena must keep this so.
+// A deleted entry's bytes go to a free list of their size, and the next
+// entry of exactly that size takes them: an allocator that allocates and
+// releases at a steady size writes in place and never compacts. (Entries
+// of one store mostly share a few sizes: the same scope, address family
+// and name length.) Bytes on free lists still count as waste until reused.
 type arena struct {
 	chunks [][]byte
-	live   int // bytes of entries still referenced
-	waste  int // bytes of deleted entries
+	free   [][]uint32 // offsets of deleted entries, by entry size
+	live   int        // bytes of entries still referenced
+	waste  int        // bytes of deleted entries
 	sink   byte
 }
 
@@ -662,16 +666,24 @@ func (a *arena) alloc(size int) (int, int) {
 }
 
 func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name string) uint32 {
-	size := uvarintLen(hdr) + len(key) + uvarintLen(rev) + uvarintLen(uint64(created)) + uvarintLen(uint64(len(name))) + len(name)
-	ci, pos := a.alloc(size)
-	c := a.chunks[ci]
-	c = binary.AppendUvarint(c, hdr)
-	c = append(c, key...)
-	c = binary.AppendUvarint(c, rev)
-	c = binary.AppendUvarint(c, uint64(created))
-	c = binary.AppendUvarint(c, uint64(len(name)))
-	a.chunks[ci] = append(c, name...)
-	return uint32(ci)<<chunkBits | uint32(pos)
+	var buf [64]byte // most entries fit: no allocation
+	b := binary.AppendUvarint(buf[:0], hdr)
+	b = append(b, key...)
+	b = binary.AppendUvarint(b, rev)
+	b = binary.AppendUvarint(b, uint64(created))
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	if size := len(b); size < len(a.free) {
+		if list := a.free[size]; len(list) > 0 {
+			off := list[len(list)-1]
+			a.free[size] = list[:len(list)-1]
+			copy(a.bytes(off), b)
+			a.waste -= size
+			a.live += size
+			return off
+		}
+	}
+	return a.addRaw(b)
 }
 
 func (a *arena) addRaw(b []byte) uint32 {
@@ -696,7 +708,12 @@ func (a *arena) touch(offs []uint32) {
 	a.sink = x
 }
 
-func (a *arena) free(n int) {
-	a.live -= n
-	a.waste += n
+// release puts the entry of size bytes at off on its free list.
+func (a *arena) release(off uint32, size int) {
+	if size >= len(a.free) {
+		a.free = append(a.free, make([][]uint32, size+1-len(a.free))...)
+	}
+	a.free[size] = append(a.free[size], off)
+	a.live -= size
+	a.waste += size
 }

@@ -342,8 +342,9 @@ func TestRecordsChurnStaysBounded(t *testing.T) {
 	}
 }
 
-// TestRecordsDoNotAllocate: put, delete, has and get allocate nothing once
-// the tables have grown, names included.
+// TestRecordsDoNotAllocate: put and has allocate nothing once the tables
+// have grown, and delete and get only the copy of the name they return; a
+// put after a delete of the same size reuses its bytes.
 func TestRecordsDoNotAllocate(t *testing.T) {
 	r := newRecords()
 	addrs := []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("fd00::1:2:3")}
@@ -368,8 +369,29 @@ func TestRecordsDoNotAllocate(t *testing.T) {
 			sink += len(rec.Parent.Name)
 		}
 	})
-	if allocs != 0 {
-		t.Errorf("%v allocations per put, delete, has and get", allocs)
+	if allocs != 4 { // two names per address
+		t.Errorf("%v allocations per put, delete, has and get, want 4 (the names returned)", allocs)
+	}
+	if r.arena.waste != 0 {
+		t.Errorf("waste %d after deletes and puts of the same size", r.arena.waste)
 	}
 	_ = sink
+}
+
+// A name handed out stays what it was when its entry's bytes are reused by
+// a record of the same size.
+func TestReturnedNamesSurviveReuse(t *testing.T) {
+	r := newRecords()
+	a := netip.MustParseAddr("10.0.0.1")
+	r.put(a, ipaddress.ParentRef{Resource: "services", Name: "aaaa"}, 1, 1)
+	got, _ := r.get(a)
+	gone, _ := r.delete(a)
+	r.put(a, ipaddress.ParentRef{Resource: "services", Name: "bbbb"}, 1, 1)
+	now, _ := r.get(a)
+	if got.Parent.Name != "aaaa" || gone.Parent.Name != "aaaa" || now.Parent.Name != "bbbb" {
+		t.Fatalf("names %q, %q, %q; want aaaa, aaaa, bbbb", got.Parent.Name, gone.Parent.Name, now.Parent.Name)
+	}
+	if r.arena.waste != 0 {
+		t.Fatalf("the second entry did not reuse the first's bytes (waste %d)", r.arena.waste)
+	}
 }
