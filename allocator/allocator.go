@@ -6,11 +6,17 @@
 // allocator sharing the store: uniqueness is the store's create-if-absent,
 // and every creation is fenced on the revision of the CIDR it came from, so a
 // CIDR marked Terminating never receives another address. The allocator
-// keeps only an index of the store (the used addresses as runs in a B+tree,
-// per-prefix counters, the CIDRs), rebuilt from a snapshot on start and kept
-// current by the store's watch. Dynamic allocation never scans: finding a
-// free address is O(log n) in the number of used runs, whatever the prefix
-// size.
+// keeps only an index of the store (the used addresses, per-prefix
+// counters, the CIDRs), rebuilt from a snapshot on start and kept current by
+// the store's watch. Dynamic allocation never scans: a prefix of up to 2^24
+// addresses keeps a bitmap with summary levels, where finding a free
+// address takes a few word reads at any fill; larger ones (IPv6) use a
+// B+tree of used runs, O(log n) in the number of runs (see used.go).
+//
+// Over a store.Locked store (store/memory) an allocation is one critical
+// section under the store's own lock; over others (bbolt, etcd) the chosen
+// addresses are marked in flight while the store is written, and a lost
+// race is retried.
 package allocator
 
 import (
@@ -581,39 +587,49 @@ func (a *Allocator) nextInPoolLocked(pl *pool, skip []netip.Addr) (u128.U128, bo
 	if pl.hasLower {
 		upperFirst = pl.lowerLast.Inc()
 	}
-	if x, ok := a.searchBandLocked(pl.fam, upperFirst, pl.last, skip); ok {
+	if x, ok := a.searchBandLocked(pl, upperFirst, pl.last, skip); ok {
 		return x, true
 	}
 	if pl.hasLower {
-		return a.searchBandLocked(pl.fam, pl.first, pl.lowerLast, skip)
+		return a.searchBandLocked(pl, pl.first, pl.lowerLast, skip)
 	}
 	return u128.U128{}, false
 }
 
 // searchBandLocked returns a free address of [lo, hi], starting where the
 // strategy says and wrapping around.
-func (a *Allocator) searchBandLocked(fam int, lo, hi u128.U128, skip []netip.Addr) (u128.U128, bool) {
+func (a *Allocator) searchBandLocked(pl *pool, lo, hi u128.U128, skip []netip.Addr) (u128.U128, bool) {
 	start := lo.Add(u128.U128(a.cfg.strategy.Start(cidrset.Count(hi.Sub(lo).Inc()))))
-	if x, ok := a.nextFreeLocked(fam, start, hi, skip); ok {
+	if x, ok := a.nextFreeLocked(pl, start, hi, skip); ok {
 		return x, true
 	}
 	if start == lo {
 		return u128.U128{}, false
 	}
-	return a.nextFreeLocked(fam, lo, start.Dec(), skip)
+	return a.nextFreeLocked(pl, lo, start.Dec(), skip)
 }
 
-// nextFreeLocked returns the first address of [from, to] that is neither
-// used, excluded, pending nor skipped. Excluded runs are skipped whole, so
-// the loop runs at most once per excluded run, pending and skipped address.
-func (a *Allocator) nextFreeLocked(fam int, from, to u128.U128, skip []netip.Addr) (u128.U128, bool) {
+// nextFreeLocked returns the first address of [from, to], inside pl, that
+// is neither used, excluded, pending nor skipped. Excluded runs are skipped
+// whole, so the loop runs at most once per excluded run, pending and
+// skipped address.
+func (a *Allocator) nextFreeLocked(pl *pool, from, to u128.U128, skip []netip.Addr) (u128.U128, bool) {
+	fam := pl.fam
 	for {
-		x, ok := a.nextUnusedLocked(fam, from, to)
+		var x u128.U128
+		var ok bool
+		if pl.bits != nil { // a dense pool answers for its whole range
+			var off uint64
+			off, ok = pl.bits.NextClear(from.Sub(pl.first).Lo, to.Sub(pl.first).Lo)
+			x = pl.first.Add64(off)
+		} else {
+			x, ok = a.nextUnusedLocked(fam, from, to)
+		}
 		if !ok {
 			return x, false
 		}
 		next := x
-		if _, end, ok := a.excluded[fam].RunAt(x); ok {
+		if _, end, ok := a.excludedRunAt(fam, x); ok {
 			next = end
 		} else if len(a.pending) > 0 && slices.Contains(a.pending, x.Addr(fam == 0)) {
 		} else if len(skip) > 0 && slices.Contains(skip, x.Addr(fam == 0)) {
@@ -630,13 +646,32 @@ func (a *Allocator) nextFreeLocked(fam int, from, to u128.U128, skip []netip.Add
 	}
 }
 
+// excludedRunAt returns the excluded run holding x, if any; most
+// allocators exclude nothing, which is checked first.
+func (a *Allocator) excludedRunAt(fam int, x u128.U128) (start, end u128.U128, ok bool) {
+	if a.excluded[fam].Runs() == 0 {
+		return start, end, false
+	}
+	return a.excluded[fam].RunAt(x)
+}
+
 // Release frees addr, whatever the state of the CIDR it is in. Releasing an
 // address inside a Terminating CIDR re-checks whether that CIDR may go.
 func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return err
 	}
-	if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
+	if a.locked != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		err := a.locked.DeleteAddressLocked(addr)
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	} else if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
 		return err
 	}
 	return a.released(ctx, addr)

@@ -141,6 +141,9 @@ type Locked interface {
 	// CreateAddressesLocked is CreateAddresses for a caller holding Mutex.
 	// It sets Created and Revision in recs itself and returns recs.
 	CreateAddressesLocked(recs []ipaddress.IPAddress, fences []Fence) ([]ipaddress.IPAddress, error)
+	// DeleteAddressLocked is DeleteAddress for a caller holding Mutex that
+	// does not want the record back.
+	DeleteAddressLocked(addr netip.Addr) error
 }
 
 // Snapshot is the whole state of a store at one revision.

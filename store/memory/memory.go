@@ -281,6 +281,20 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 	return rec, nil
 }
 
+// DeleteAddressLocked implements store.Locked. Its event carries the
+// address only, as an AddressDeleted event may.
+func (s *Store) DeleteAddressLocked(addr netip.Addr) error {
+	if s.closed {
+		return store.ErrClosed
+	}
+	if !s.addrs.remove(addr) {
+		return fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	}
+	s.rev++
+	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: ipaddress.IPAddress{Addr: addr}})
+	return nil
+}
+
 // DeleteAddressAt implements store.Store.
 func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
 	if err := s.lock(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -62,7 +63,12 @@ import (
 // tables if they are mostly empty).
 type records struct {
 	v4, v6 offTable
+	// owners holds up to ownerSlots slots per owner, each the entry of one
+	// of its records; an owner's further records are in more, under the
+	// owner's hash, so that an owner of many addresses is not a probe
+	// cluster that every insert would walk (quadratic filling).
 	owners offTable
+	more   map[uint64][]uint32
 	arena  arena
 
 	seed      uint64       // of the address hash
@@ -97,6 +103,7 @@ func newRecords() *records {
 	}
 	r.v4, r.v6 = newTable(addrSlot, 0), newTable(addrSlot, 0)
 	r.owners = newTable(ownerSlot, 0)
+	r.more = map[uint64][]uint32{}
 	return r
 }
 
@@ -148,10 +155,76 @@ func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
 	// is not in the tables yet.
 	t := r.table(a)
 	r.reserve(t)
-	r.reserve(&r.owners)
 	off := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, p.Name)
 	r.insert(t, r.addrHash(key), off)
-	r.insert(&r.owners, r.ownerHash(sid, p.Name), off)
+	r.addOwner(r.ownerHash(sid, p.Name), sid, p.Name, off)
+}
+
+// ownerSlots is how many records of one owner the owner table holds (a
+// dual-stack owner has two); the owner's further records go to more.
+const ownerSlots = 2
+
+// scanOwner walks the slots of owners whose home is that of h and returns
+// how many hold records of the owner (sid, name), and which holds the entry
+// at want (-1 if none does).
+func (r *records) scanOwner(h uint64, sid uint32, name string, want uint32) (n, at int) {
+	t := &r.owners
+	at = -1
+	if t.n == 0 {
+		return 0, at
+	}
+	i := r.home(t, h)
+	for d := 0; ; d++ {
+		off := t.off(i)
+		if off == 0 {
+			return n, at
+		}
+		rd := r.dist(t, i)
+		if rd < d {
+			return n, at
+		}
+		if rd == d { // same home slot: maybe this owner's
+			if f := r.parse(off); f.sid == sid && f.name == name {
+				n++
+				if off == want {
+					at = i
+				}
+			}
+		}
+		i = t.next(i)
+	}
+}
+
+// addOwner indexes the entry at off under its owner (sid, name), hash h.
+func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
+	if n, _ := r.scanOwner(h, sid, name, 0); n >= ownerSlots {
+		r.more[h] = append(r.more[h], off)
+		return
+	}
+	r.reserve(&r.owners)
+	r.insert(&r.owners, h, off)
+}
+
+// dropOwner removes the entry at off from the owner index: O(1) expected
+// from the table, a scan of the owner's further records from more.
+func (r *records) dropOwner(h uint64, sid uint32, name string, off uint32) {
+	if _, at := r.scanOwner(h, sid, name, off); at >= 0 {
+		r.removeAt(&r.owners, at)
+		return
+	}
+	more := r.more[h]
+	if k := slices.Index(more, off); k >= 0 {
+		more[k] = more[len(more)-1]
+		r.setMore(h, more[:len(more)-1])
+	}
+}
+
+func (r *records) setMore(h uint64, more []uint32) {
+	if len(more) == 0 {
+		delete(r.more, h)
+	} else {
+		r.more[h] = more
+	}
 }
 
 func (r *records) get(a netip.Addr) (ipaddress.IPAddress, bool) {
@@ -185,43 +258,63 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 	if i < 0 {
 		return ipaddress.IPAddress{}, false
 	}
+	rec := r.recordOf(a, r.parse(t.off(i)))
+	r.removeSlot(t, i)
+	return rec, true
+}
+
+// remove removes the record of a, reporting whether there was one.
+func (r *records) remove(a netip.Addr) bool {
+	t := r.table(a)
+	i := r.find(t, a)
+	if i < 0 {
+		return false
+	}
+	r.removeSlot(t, i)
+	return true
+}
+
+// removeSlot removes the record in slot i of t, its owner slot and its
+// entry.
+func (r *records) removeSlot(t *offTable, i int) {
 	off := t.off(i)
 	f := r.parse(off)
-	rec := r.recordOf(a, f)
 	r.removeAt(t, i)
-	o := &r.owners
-	j := r.home(o, r.ownerHash(f.sid, f.name))
-	for o.off(j) != off {
-		j = o.next(j)
-	}
-	r.removeAt(o, j)
+	r.dropOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, off)
 	r.arena.release(off, f.size)
 	if r.arena.waste >= r.compactAt && r.arena.waste > r.arena.live {
 		r.compact()
 	}
-	return rec, true
 }
 
 // of returns the records owned by p.
 func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	sid, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]
-	if !ok || r.owners.n == 0 {
+	if !ok {
 		return nil
 	}
 	var out []ipaddress.IPAddress
+	add := func(off uint32) {
+		if f := r.parse(off); f.sid == sid && f.name == p.Name {
+			out = append(out, r.recordOf(f.addr(), f))
+		}
+	}
+	h := r.ownerHash(sid, p.Name)
 	t := &r.owners
-	i := r.home(t, r.ownerHash(sid, p.Name))
-	for d := 0; t.off(i) != 0; d++ {
+	i := r.home(t, h)
+	// The table may hold none of p's records while more still does.
+	for d := 0; t.n > 0 && t.off(i) != 0; d++ {
 		rd := r.dist(t, i)
 		if rd < d {
 			break
 		}
 		if rd == d { // same home slot: maybe p's
-			if f := r.parse(t.off(i)); f.sid == sid && f.name == p.Name {
-				out = append(out, r.recordOf(f.addr(), f))
-			}
+			add(t.off(i))
 		}
 		i = t.next(i)
+	}
+	for _, off := range r.more[h] {
+		add(off)
 	}
 	return out
 }
@@ -242,8 +335,7 @@ func (r *records) all(fn func(netip.Addr, entry)) {
 // run when more than half the arena is waste. The address tables are
 // updated in place, slot by slot; they and the owner table are made smaller
 // if under a quarter full. The entries are handled by batches: the arena
-// reads of a batch are loaded at once, then its owner slots (see
-// arena.touch).
+// reads of a batch are loaded at once (see arena.touch).
 func (r *records) compact() {
 	old := r.arena
 	r.arena = arena{}
@@ -252,9 +344,9 @@ func (r *records) compact() {
 		osize = small
 	}
 	r.owners = newTable(ownerSlot, osize)
+	r.more = map[uint64][]uint32{}
 	var slots [64]int
 	var offs [64]uint32
-	var hs [64]uint64
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {
 		src := t
 		if small := sizeFor(t.n); small < t.size/4 {
@@ -280,9 +372,8 @@ func (r *records) compact() {
 				} else {
 					r.insert(t, r.addrHash(f.key), noff)
 				}
-				offs[k], hs[k] = noff, r.ownerHash(f.sid, f.name)
+				r.addOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, noff)
 			}
-			r.insertBatch(&r.owners, hs[:n], offs[:n])
 		}
 	}
 }
@@ -413,7 +504,9 @@ func (r *records) rehash(t *offTable, size int) {
 	var offs [64]uint32
 	var hs [64]uint64
 	n := 0
-	if r.arena.waste == 0 {
+	// The owner table holds one slot per owner, not per entry: it is
+	// always rebuilt from its own slots.
+	if r.arena.waste == 0 && !t.owner() {
 		a := &r.arena
 		for ci, c := range a.chunks {
 			p := 0
@@ -546,7 +639,7 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		if rd < d {
 			return -1
 		}
-		if rd == d && s[5] == tag && string(r.parse(off).key) == string(key) {
+		if rd == d && s[5] == tag && string(keyOf(r.arena.bytes(off))) == string(key) {
 			return i
 		}
 		i = t.next(i)
@@ -618,6 +711,14 @@ func parseBytes(b []byte, base uint32) fields {
 	}
 	f.size = p + int(nl)
 	return f
+}
+
+// keyOf returns the address bytes of the entry at the start of b, without
+// decoding the rest.
+func keyOf(b []byte) []byte {
+	hdr, p := binary.Uvarint(b)
+	kl := 4 + 12*int(hdr&1)
+	return b[p : p+kl : p+kl]
 }
 
 func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }

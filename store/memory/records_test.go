@@ -173,6 +173,15 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 			"delete": func(rt *rapid.T) {
 				del(rapid.SampledFrom(recordsPool).Draw(rt, "addr"))
 			},
+			// remove is delete without the record back.
+			"remove": func(rt *rapid.T) {
+				a := rapid.SampledFrom(recordsPool).Draw(rt, "addr")
+				_, held := model[a]
+				if got := r.remove(a); got != held {
+					rt.Fatalf("remove(%s) = %v; model holds it: %v", a, got, held)
+				}
+				delete(model, a)
+			},
 			"deleteMany": func(rt *rapid.T) {
 				h := held()
 				rng.Shuffle(len(h), func(i, j int) { h[i], h[j] = h[j], h[i] })
