@@ -351,6 +351,9 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		if err == nil {
 			return sourcesOf(choices), nil
 		}
+		if len(choices) == 0 || !choices[len(choices)-1].addr.IsValid() {
+			return sourcesOf(choices), err // no choice: nothing to retry
+		}
 		if taken, ok := takenAddr(err); ok {
 			if slices.ContainsFunc(reqs, func(r request) bool { return r.addr == taken }) {
 				return sourcesOf(choices), ErrAllocated

@@ -30,11 +30,13 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 
 // Store is an in-memory store.Store. The zero value is not usable; call New.
 type Store struct {
-	mu       sync.Mutex
-	closed   bool
-	rev      int64
-	now      func() time.Time // nil: clock
-	clock    seconds
+	mu     sync.Mutex
+	closed bool
+	rev    int64
+	now    func() time.Time // nil: clock
+	// clock is apart from the Store so that its pending timer does not
+	// keep a dropped store alive.
+	clock    *seconds
 	cidrs    map[string]cidrset.CIDR
 	addrs    *records
 	watchers []*watcher // a slice: notify runs on every write
@@ -88,6 +90,7 @@ func (c *seconds) now() int64 {
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
+		clock: new(seconds),
 		cidrs: make(map[string]cidrset.CIDR),
 		addrs: newRecords(),
 	}
