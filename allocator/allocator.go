@@ -373,7 +373,8 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 // chooseAndCreate serves reqs over a store.Locked store: under its lock the
 // index is exact, so what is chosen is free and its fence holds, and the
 // store applies the create to the index before the lock is released. It
-// returns the choices, empty if none could be made.
+// returns the choices; on a failed choice the last has no address (see
+// chooseLocked).
 func (a *Allocator) chooseAndCreate(owner ipaddress.ParentRef, reqs []request, skip []netip.Addr, buf []choice, out *results) ([]choice, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
