@@ -574,41 +574,7 @@ func overlap(a, b, lo, hi u128.U128) u128.U128 {
 // Remove removes x and reports whether it was present. Removing a value
 // inside a run splits it in two. O(log n), no allocation unless that split
 // overflows a node.
-func (s *Set) Remove(x u128.U128) bool {
-	if s.runs == 0 {
-		return false
-	}
-	var c cursor
-	c.seek(s, x)
-	l, i := c.lf, c.i
-	if i < 0 || l.ends[i].Less(x) {
-		return false
-	}
-	s.gen++
-	s.n = s.n.Dec()
-	start, end := l.starts[i], l.ends[i]
-	switch {
-	case start == x && end == x:
-		l.cut(i, i+1)
-		s.runs--
-		if l.n == 0 {
-			s.removeLeaf(&c)
-		} else if i == 0 {
-			c.fixMin(c.depth, l.starts[0])
-		}
-	case start == x:
-		l.starts[i] = x.Inc()
-		if i == 0 {
-			c.fixMin(c.depth, l.starts[i])
-		}
-	case end == x:
-		l.ends[i] = x.Dec()
-	default:
-		l.ends[i] = x.Dec()
-		s.insertAt(&c, i+1, x.Inc(), end)
-	}
-	return true
-}
+func (s *Set) Remove(x u128.U128) bool { return !s.RemoveRange(x, x).IsZero() }
 
 // RemoveRange removes every value of [lo, hi] and returns how many there
 // were. O(k log n) for the k runs it touches; a run that [lo, hi] cuts in
