@@ -60,12 +60,8 @@ func (w watcher) Apply(e store.Event) {
 	a.lockForWatch()
 	defer a.unlockForWatch()
 	switch e.Kind {
-	case store.AddressPut:
-		a.markUsedLocked(e.Address.Addr)
-	case store.AddressDeleted:
-		if a.markFreeLocked(e.Address.Addr) {
-			a.kickReconciler()
-		}
+	case store.AddressPut, store.AddressDeleted:
+		a.addressChangedLocked(e.Kind, e.Address.Addr)
 	case store.CIDRPut:
 		old, existed := a.index.Get(e.CIDR.Name)
 		if existed && old.Revision >= e.CIDR.Revision {
@@ -79,6 +75,24 @@ func (w watcher) Apply(e store.Event) {
 		a.syncPoolsLocked()
 	}
 	a.advanceLocked(e.Revision)
+}
+
+// AddressChanged implements store.AddressWatcher: Apply for an address
+// event, without the Event.
+func (w watcher) AddressChanged(kind store.EventKind, addr netip.Addr, rev int64) {
+	a := w.a
+	a.lockForWatch()
+	defer a.unlockForWatch()
+	a.addressChangedLocked(kind, addr)
+	a.advanceLocked(rev)
+}
+
+func (a *Allocator) addressChangedLocked(kind store.EventKind, addr netip.Addr) {
+	if kind == store.AddressPut {
+		a.markUsedLocked(addr)
+	} else if a.markFreeLocked(addr) {
+		a.kickReconciler()
+	}
 }
 
 // lockForWatch locks mu for Reset and Apply, unless the store calls them

@@ -182,3 +182,14 @@ type Watcher interface {
 	Reset(s Snapshot)
 	Apply(e Event)
 }
+
+// AddressWatcher is a Watcher that needs only the address of an address
+// event. A store that calls its watchers in the writing goroutine
+// (store/memory) tells such a watcher of AddressPut and AddressDeleted
+// events through AddressChanged instead of Apply, so that a write builds no
+// Event; the calls keep Apply's order and rules. Other stores may call Apply
+// for every event: the watcher must handle both.
+type AddressWatcher interface {
+	Watcher
+	AddressChanged(kind EventKind, addr netip.Addr, rev int64)
+}

@@ -43,8 +43,9 @@ type Store struct {
 }
 
 type watcher struct {
-	ctx context.Context
-	w   store.Watcher
+	ctx  context.Context
+	w    store.Watcher
+	addr store.AddressWatcher // w, if it takes address changes as values
 }
 
 var _ store.Locked = (*Store)(nil)
@@ -117,6 +118,20 @@ func (s *Store) notify(e store.Event) {
 		// The watch's context may have ended before its removal ran.
 		if w.ctx.Err() == nil {
 			w.w.Apply(e)
+		}
+	}
+}
+
+// notifyAddress tells the watchers that rec was put or deleted at the
+// current revision; an Event is built only for those that want one.
+func (s *Store) notifyAddress(kind store.EventKind, rec *ipaddress.IPAddress) {
+	for _, w := range s.watchers {
+		switch {
+		case w.ctx.Err() != nil:
+		case w.addr != nil:
+			w.addr.AddressChanged(kind, rec.Addr, s.rev)
+		default:
+			w.w.Apply(store.Event{Kind: kind, Revision: s.rev, Address: *rec})
 		}
 	}
 }
@@ -262,7 +277,7 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 		r := &recs[i]
 		r.Created, r.Revision = time.Unix(now, 0), s.rev
 		s.addrs.put(r.Addr, r.Parent, now, s.rev)
-		s.notify(store.Event{Kind: store.AddressPut, Revision: s.rev, Address: *r})
+		s.notifyAddress(store.AddressPut, r)
 	}
 	// recs is the caller's: its elements are set in place rather than
 	// copied, which saves an allocation on the hot path.
@@ -280,7 +295,7 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	s.rev++
-	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: rec})
+	s.notifyAddress(store.AddressDeleted, &rec)
 	return rec, nil
 }
 
@@ -294,7 +309,8 @@ func (s *Store) DeleteAddressLocked(addr netip.Addr) error {
 		return fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	s.rev++
-	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: ipaddress.IPAddress{Addr: addr}})
+	rec := ipaddress.IPAddress{Addr: addr}
+	s.notifyAddress(store.AddressDeleted, &rec)
 	return nil
 }
 
@@ -313,7 +329,7 @@ func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64)
 	}
 	rec, _ := s.addrs.delete(addr)
 	s.rev++
-	s.notify(store.Event{Kind: store.AddressDeleted, Revision: s.rev, Address: rec})
+	s.notifyAddress(store.AddressDeleted, &rec)
 	return rec, nil
 }
 
@@ -363,6 +379,7 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	s.addrs.all(func(a netip.Addr, _ entry) { snap.Addrs = append(snap.Addrs, a) })
 	w.Reset(snap)
 	reg := &watcher{ctx: ctx, w: w}
+	reg.addr, _ = w.(store.AddressWatcher)
 	s.watchers = append(s.watchers, reg)
 	s.mu.Unlock()
 	context.AfterFunc(ctx, func() {

@@ -1,7 +1,14 @@
 package memory_test
 
 import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
 
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/memory"
@@ -11,3 +18,78 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) store.Store { return memory.New() })
 }
+
+// addressWatcher records what a store.AddressWatcher is told, through
+// either method.
+type addressWatcher struct {
+	changes []string
+	applied []store.Event
+}
+
+func (w *addressWatcher) Reset(store.Snapshot) {}
+func (w *addressWatcher) Apply(e store.Event)  { w.applied = append(w.applied, e) }
+func (w *addressWatcher) AddressChanged(kind store.EventKind, addr netip.Addr, rev int64) {
+	w.changes = append(w.changes, fmt.Sprint(kind, " ", addr, " ", rev))
+}
+
+// TestAddressWatcher: a watcher implementing store.AddressWatcher gets every
+// address write as AddressChanged, in order and with its revision, and
+// only CIDR events through Apply; a plain Watcher beside it still gets
+// Events for everything.
+func TestAddressWatcher(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	fast := &addressWatcher{}
+	plain := &addressWatcher{}
+	if err := st.Watch(ctx, fast); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Watch(ctx, plainWatcher{plain}); err != nil {
+		t.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
+	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: owner}, {Addr: b, Parent: owner}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DeleteAddress(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	st.Mutex().Lock()
+	err := st.DeleteAddressLocked(b)
+	st.Mutex().Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	put, del := store.AddressPut, store.AddressDeleted
+	want := []string{
+		fmt.Sprint(put, " ", a, " 2"), fmt.Sprint(put, " ", b, " 2"),
+		fmt.Sprint(del, " ", a, " 3"), fmt.Sprint(del, " ", b, " 4"),
+	}
+	if !slices.Equal(fast.changes, want) {
+		t.Errorf("AddressChanged calls %q, want %q", fast.changes, want)
+	}
+	if len(fast.applied) != 1 || fast.applied[0].Kind != store.CIDRPut {
+		t.Errorf("Apply calls %+v, want the CIDRPut only", fast.applied)
+	}
+	var got []string
+	for _, e := range plain.applied {
+		got = append(got, fmt.Sprint(e.Kind, " ", e.Address.Addr, " ", e.Revision))
+	}
+	want = append([]string{fmt.Sprint(store.CIDRPut, " invalid IP 1")}, want...)
+	if !slices.Equal(got, want) {
+		t.Errorf("plain watcher got %q, want %q", got, want)
+	}
+	if e := plain.applied[1]; e.Address.Parent != owner || e.Address.Revision != 2 {
+		t.Errorf("plain watcher's AddressPut carries %+v, want the whole record", e.Address)
+	}
+}
+
+// plainWatcher hides AddressChanged: a Watcher only.
+type plainWatcher struct{ w *addressWatcher }
+
+func (p plainWatcher) Reset(s store.Snapshot) { p.w.Reset(s) }
+func (p plainWatcher) Apply(e store.Event)    { p.w.Apply(e) }
