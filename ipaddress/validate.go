@@ -345,32 +345,41 @@ const byteClass = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\
 	"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
 
 // isSubdomain reports whether s is one or more labels joined by '.' (any
-// length; the callers check the length). One pass: a label's edges are the
-// string's ends and its dots, so '-' and '.' must not touch a dot or an end.
+// length; the callers check the length). That is: the ends are letters or
+// digits, every byte is one or '-' or '.', and both neighbours of a dot are
+// letters or digits (a label's edges are the string's ends and its dots).
+// Checked that way, no byte depends on the verdict for the one before.
 func isSubdomain(s string) bool {
-	prev := byte('.') // the start behaves as a dot
-	for i := 0; i < len(s); i++ {
-		k := byteClass[s[i]]
-		if k != 'a' && (k == 0 || prev == '.' || k == '.' && prev == '-') {
+	if len(s) == 0 || byteClass[s[0]] != 'a' || byteClass[s[len(s)-1]] != 'a' {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		switch byteClass[s[i]] {
+		case 'a', '-':
+		case '.':
+			if byteClass[s[i-1]] != 'a' || byteClass[s[i+1]] != 'a' {
+				return false
+			}
+		default:
 			return false
 		}
-		prev = k
 	}
-	return prev == 'a'
+	return true
 }
 
 // isLabel reports whether s matches [a-z0-9]([-a-z0-9]*[a-z0-9])? (any
-// length; the callers check the length).
+// length; the callers check the length): letters or digits at the ends,
+// '-' also allowed between.
 func isLabel(s string) bool {
-	prev := byte('.') // the start behaves as an edge
-	for i := 0; i < len(s); i++ {
-		k := byteClass[s[i]]
-		if k != 'a' && (k != '-' || prev == '.') {
+	if len(s) == 0 || byteClass[s[0]] != 'a' || byteClass[s[len(s)-1]] != 'a' {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if k := byteClass[s[i]]; k != 'a' && k != '-' {
 			return false
 		}
-		prev = k
 	}
-	return prev == 'a'
+	return true
 }
 
 // FieldErrors returns the *FieldError values in err, in order, looking
