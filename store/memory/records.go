@@ -32,9 +32,9 @@ import (
 // address, owners by owner (scope and name), one slot per record, so an
 // owner with several addresses (dual-stack, or hundreds) has several slots,
 // all with the same hash. A table slot is the offset (4 bytes), its probe
-// distance (1 byte) and, in the address tables, 8 more bits of the hash (a
-// tag, so a lookup reads the arena of almost only the entry it wants): 6
-// bytes per address slot, 5 per owner slot.
+// distance (1 byte) and 8 more bits of the hash (a tag, so a lookup reads
+// the arena of almost only the entry it wants): 6 bytes. The owner slot of
+// a record being deleted is found by its offset, without reading the arena.
 //
 // The tables are open-addressing Robin Hood tables with linear probing and
 // backward-shift deletion, so there are no tombstones and churn at a
@@ -53,8 +53,8 @@ import (
 //
 // Per record, then: its entry, the name plus about 12 bytes for IPv4
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
-// the first, name length 1) and 24 for IPv6, and 6/load + 5/load bytes of
-// slots, 15 to 18.
+// the first, name length 1) and 24 for IPv6, and 2 × 6/load bytes of
+// slots, 16 to 20.
 //
 // Deleting a record turns its entry into waste, which the next entry of the
 // same size reuses; when the waste outgrows the live entries all the same
@@ -101,8 +101,8 @@ func newRecords() *records {
 		compactAt: 1 << chunkBits,
 		scopeIDs:  map[scope]uint32{},
 	}
-	r.v4, r.v6 = newTable(addrSlot, 0), newTable(addrSlot, 0)
-	r.owners = newTable(ownerSlot, 0)
+	r.v4, r.v6 = newTable(false, 0), newTable(false, 0)
+	r.owners = newTable(true, 0)
 	r.more = map[uint64][]uint32{}
 	return r
 }
@@ -164,32 +164,50 @@ func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
 // dual-stack owner has two); the owner's further records go to more.
 const ownerSlots = 2
 
-// scanOwner walks the slots of owners whose home is that of h and returns
-// how many hold records of the owner (sid, name), and which holds the entry
-// at want (-1 if none does).
-func (r *records) scanOwner(h uint64, sid uint32, name string, want uint32) (n, at int) {
+// ownerCount returns how many slots of the owner table hold records of the
+// owner (sid, name), whose hash is h. Only the entries whose slot tag
+// matches h are read from the arena.
+func (r *records) ownerCount(h uint64, sid uint32, name string) (n int) {
 	t := &r.owners
-	at = -1
 	if t.n == 0 {
-		return 0, at
+		return 0
 	}
-	i := r.home(t, h)
+	i, tag := r.home(t, h), uint8(h)
 	for d := 0; ; d++ {
-		off := t.off(i)
+		s := t.slot(i)
+		off := binary.LittleEndian.Uint32(s)
 		if off == 0 {
-			return n, at
+			return n
 		}
 		rd := r.dist(t, i)
 		if rd < d {
-			return n, at
+			return n
 		}
-		if rd == d { // same home slot: maybe this owner's
-			if f := r.parse(off); f.sid == sid && f.name == name {
+		if rd == d && s[5] == tag { // same home and tag: maybe this owner's
+			if fsid, fname, _ := ownerOf(r.arena.bytes(off)); fsid == sid && fname == name {
 				n++
-				if off == want {
-					at = i
-				}
 			}
+		}
+		i = t.next(i)
+	}
+}
+
+// ownerSlotOf returns the slot of the owner table holding the entry at off,
+// whose owner hash is h, or -1 if more holds it. An offset names one
+// entry, so the arena is not read.
+func (r *records) ownerSlotOf(h uint64, off uint32) int {
+	t := &r.owners
+	if t.n == 0 {
+		return -1
+	}
+	i := r.home(t, h)
+	for d := 0; ; d++ {
+		cur := t.off(i)
+		if cur == 0 || r.dist(t, i) < d {
+			return -1
+		}
+		if cur == off {
+			return i
 		}
 		i = t.next(i)
 	}
@@ -197,7 +215,7 @@ func (r *records) scanOwner(h uint64, sid uint32, name string, want uint32) (n, 
 
 // addOwner indexes the entry at off under its owner (sid, name), hash h.
 func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
-	if n, _ := r.scanOwner(h, sid, name, 0); n >= ownerSlots {
+	if r.ownerCount(h, sid, name) >= ownerSlots {
 		r.more[h] = append(r.more[h], off)
 		return
 	}
@@ -207,8 +225,8 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 
 // dropOwner removes the entry at off from the owner index: O(1) expected
 // from the table, a scan of the owner's further records from more.
-func (r *records) dropOwner(h uint64, sid uint32, name string, off uint32) {
-	if _, at := r.scanOwner(h, sid, name, off); at >= 0 {
+func (r *records) dropOwner(h uint64, off uint32) {
+	if at := r.ownerSlotOf(h, off); at >= 0 {
 		r.removeAt(&r.owners, at)
 		return
 	}
@@ -278,10 +296,10 @@ func (r *records) remove(a netip.Addr) bool {
 // entry.
 func (r *records) removeSlot(t *offTable, i int) {
 	off := t.off(i)
-	f := r.parse(off)
+	sid, name, size := ownerOf(r.arena.bytes(off))
 	r.removeAt(t, i)
-	r.dropOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, off)
-	r.arena.release(off, f.size)
+	r.dropOwner(r.ownerHash(sid, name), off)
+	r.arena.release(off, size)
 	if r.arena.waste >= r.compactAt && r.arena.waste > r.arena.live {
 		r.compact()
 	}
@@ -308,7 +326,7 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 		if rd < d {
 			break
 		}
-		if rd == d { // same home slot: maybe p's
+		if rd == d && t.slot(i)[5] == uint8(h) { // same home and tag: maybe p's
 			add(t.off(i))
 		}
 		i = t.next(i)
@@ -343,7 +361,7 @@ func (r *records) compact() {
 	if small := sizeFor(r.len()); small < osize/4 {
 		osize = small
 	}
-	r.owners = newTable(ownerSlot, osize)
+	r.owners = newTable(true, osize)
 	r.more = map[uint64][]uint32{}
 	var slots [64]int
 	var offs [64]uint32
@@ -352,7 +370,7 @@ func (r *records) compact() {
 		if small := sizeFor(t.n); small < t.size/4 {
 			cp := *t
 			src = &cp
-			*t = newTable(addrSlot, small)
+			*t = newTable(false, small)
 		}
 		for i := 0; i < src.size; {
 			n := 0
@@ -421,26 +439,23 @@ func (r *records) entryHash(t *offTable, off uint32) uint64 {
 // entries after it back by one until one is at home.
 //
 // The slots are interleaved in one byte array, so a probe touches one cache
-// line, not one per field: w bytes each, the arena offset (4 bytes, little
-// endian; 0 marks a free slot), then the distance of the entry from its
-// home slot (1 byte), then, in the address tables only, the low byte of
-// its hash (the tag) so that a lookup reads from the arena almost only the
-// entry it wants. The owner table has no tag: its lookups read every entry
-// of the owner anyway. The distance saturates: 255 means 255 or more, and
+// line, not one per field: slotBytes each, the arena offset (4 bytes,
+// little endian; 0 marks a free slot), then the distance of the entry from
+// its home slot (1 byte), then the low byte of its hash (the tag) so that a
+// lookup reads from the arena almost only the entries it wants. The
+// distance saturates: 255 means 255 or more, and
 // the true one is then computed from the entry's hash; only an owner with
 // hundreds of addresses, all in one run, or forced collisions make such
 // distances.
 type offTable struct {
-	slots []byte
-	w     int // bytes per slot: addrSlot or ownerSlot
-	size  int // slots
-	n     int // entries
+	slots  []byte
+	size   int  // slots
+	n      int  // entries
+	owners bool // keyed by owner, not by address
 }
 
-const (
-	ownerSlot = 5
-	addrSlot  = 6
-)
+// slotBytes is the size of a slot: offset, distance, tag.
+const slotBytes = 6
 
 // Load bounds: a table holds at most maxLoadNum/maxLoadDen entries per slot
 // and grows by a quarter.
@@ -454,27 +469,31 @@ func sizeFor(n int) int {
 	return max(minTableSize, n*maxLoadDen/maxLoadNum*5/4)
 }
 
-func newTable(w, size int) offTable {
-	return offTable{slots: make([]byte, w*size), w: w, size: size}
+func newTable(owners bool, size int) offTable {
+	slots := make([]byte, slotBytes*size)
+	adviseHugePages(slots)
+	return offTable{slots: slots, size: size, owners: owners}
 }
 
-func (t *offTable) owner() bool { return t.w == ownerSlot }
+// hugeAdviceMin is the smallest allocation advised to use huge pages: two
+// of them, so that it holds at least one whole aligned one.
+const hugeAdviceMin = 4 << 20
+
+func (t *offTable) owner() bool { return t.owners }
 
 func (t *offTable) slot(i int) []byte {
-	p := i * t.w
-	return t.slots[p : p+t.w : p+t.w]
+	p := i * slotBytes
+	return t.slots[p : p+slotBytes : p+slotBytes]
 }
 
 func (t *offTable) off(i int) uint32 { return binary.LittleEndian.Uint32(t.slot(i)) }
 
-// set fills slot i; tag is ignored in the owner table.
+// set fills slot i.
 func (t *offTable) set(i int, off uint32, d int, tag uint8) {
 	s := t.slot(i)
 	binary.LittleEndian.PutUint32(s, off)
 	s[4] = uint8(min(d, 255))
-	if len(s) == addrSlot {
-		s[5] = tag
-	}
+	s[5] = tag
 }
 
 func (t *offTable) next(i int) int {
@@ -500,7 +519,7 @@ func (r *records) reserve(t *offTable) {
 // all at once (see arena.touch).
 func (r *records) rehash(t *offTable, size int) {
 	old := *t
-	*t = newTable(old.w, size)
+	*t = newTable(old.owners, size)
 	var offs [64]uint32
 	var hs [64]uint64
 	n := 0
@@ -585,10 +604,7 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 		}
 		// Robin Hood: the entry nearer its home gives up the slot.
 		if rd := r.dist(t, i); rd < d {
-			var ctag uint8
-			if len(s) == addrSlot {
-				ctag = s[5]
-			}
+			ctag := s[5]
 			t.set(i, off, d, tag)
 			off, d, tag = cur, rd, ctag
 		}
@@ -602,7 +618,7 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
 	var x byte
 	for _, h := range hs {
-		x |= t.slots[r.home(t, h)*t.w]
+		x |= t.slots[r.home(t, h)*slotBytes]
 	}
 	r.arena.sink |= x
 	for k, h := range hs {
@@ -689,44 +705,83 @@ func (r *records) parse(off uint32) fields { return parseBytes(r.arena.bytes(off
 
 // parseBytes decodes the entry at the start of b.
 func parseBytes(b []byte, base uint32) fields {
-	var f fields
-	hdr, p := binary.Uvarint(b)
-	f.sid = uint32(hdr >> 1)
+	hdr, p := uvarintAt(b, 0)
 	kl := 4 + 12*int(hdr&1)
-	f.key = b[p : p+kl : p+kl]
-	p += kl
-	rev, n := binary.Uvarint(b[p:])
-	f.rev = rev
-	p += n
-	cd, n := binary.Uvarint(b[p:])
-	f.created = base + uint32(cd)
-	p += n
-	nl, n := binary.Uvarint(b[p:])
-	p += n
+	key := b[p : p+kl : p+kl]
+	rev, p := uvarintAt(b, p+kl)
+	cd, p := uvarintAt(b, p)
+	nl, p := uvarintAt(b, p)
+	var name string
 	if nl > 0 {
 		// Not a copy: valid only until the entry is deleted (its bytes
 		// are then reused), so it must not leave the store; recordOf
 		// copies it.
-		f.name = unsafe.String(&b[p], int(nl))
+		name = unsafe.String(&b[p], int(nl))
 	}
-	f.size = p + int(nl)
-	return f
+	return fields{key: key, name: name, rev: rev, sid: uint32(hdr >> 1), created: base + uint32(cd), size: p + int(nl)}
 }
 
 // keyOf returns the address bytes of the entry at the start of b, without
 // decoding the rest.
 func keyOf(b []byte) []byte {
-	hdr, p := binary.Uvarint(b)
+	hdr, p := uint64(b[0]), 1
+	if hdr >= 0x80 {
+		hdr, p = uvarintLong(b, 0)
+	}
 	kl := 4 + 12*int(hdr&1)
 	return b[p : p+kl : p+kl]
+}
+
+// uvarintAt decodes the uvarint at b[p:] and returns it and the position
+// after it. Entries are written by the store, so b holds a whole uvarint.
+// Most values here are one byte, which is decoded inline.
+func uvarintAt(b []byte, p int) (uint64, int) {
+	if c := b[p]; c < 0x80 {
+		return uint64(c), p + 1
+	}
+	return uvarintLong(b, p)
+}
+
+func uvarintLong(b []byte, p int) (uint64, int) {
+	v, n := binary.Uvarint(b[p:])
+	return v, p + n
+}
+
+// ownerOf decodes only the owner and the size of the entry at the start of
+// b, the delete path's needs: by hand, with no calls for one-byte values,
+// and into registers rather than a fields struct.
+func ownerOf(b []byte) (sid uint32, name string, size int) {
+	hdr, p := uint64(b[0]), 1
+	if hdr >= 0x80 {
+		hdr, p = uvarintLong(b, 0)
+	}
+	p += 4 + 12*int(hdr&1)
+	for b[p] >= 0x80 { // revision
+		p++
+	}
+	p++
+	for b[p] >= 0x80 { // created
+		p++
+	}
+	p++
+	nl, q := uint64(b[p]), p+1
+	if nl >= 0x80 {
+		nl, q = uvarintLong(b, p)
+	}
+	if nl > 0 {
+		name = unsafe.String(&b[q], int(nl)) // valid until the entry is deleted
+	}
+	return uint32(hdr >> 1), name, q + int(nl)
 }
 
 func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 // arena stores entries back to back in chunks, so it never copies what it
 // holds when it grows. An entry never spans two chunks, and its offset is
-// its chunk's index in the high 12 bits and its position in the low
-// chunkBits: 4096 chunks, about 4 GiB of entries at most.
+// its chunk's index in the high 10 bits and its position in the low
+// chunkBits: 1024 chunks, about 4 GiB of entries at most. Full-size chunks
+// are 4 MiB so that each holds a whole aligned huge page (see
+// adviseHugePages).
 //
 // A deleted entry's bytes go to a free list of their size, and the next
 // entry of exactly that size takes them: an allocator that allocates and
@@ -742,7 +797,7 @@ type arena struct {
 }
 
 const (
-	chunkBits     = 20 // 1 MiB chunks, after smaller first ones
+	chunkBits     = 22 // 4 MiB chunks, after smaller first ones
 	firstChunkLog = 12 // the first chunk is 4 KiB; each next one doubles
 	maxChunks     = 1 << (32 - chunkBits)
 )
@@ -756,6 +811,7 @@ func (a *arena) alloc(size int) (int, int) {
 			panic("memory store: record arena full (4 GiB)")
 		}
 		c := make([]byte, 0, max(1<<min(firstChunkLog+n, chunkBits), size+1))
+		adviseHugePages(c[:cap(c)])
 		if n == 0 {
 			c = append(c, 0) // offset 0 is no entry: it marks a free slot
 		}

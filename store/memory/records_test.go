@@ -404,3 +404,34 @@ func TestReturnedNamesSurviveReuse(t *testing.T) {
 		t.Fatalf("the second entry did not reuse the first's bytes (waste %d)", r.arena.waste)
 	}
 }
+
+// TestEntryDecodersAgree: the hot paths' partial decoders (ownerOf, keyOf)
+// read the same fields as parseBytes, for one-byte and longer varints alike.
+func TestEntryDecodersAgree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var a arena
+		sid := rapid.Uint32Range(0, 1<<20).Draw(t, "sid")
+		v6 := rapid.Bool().Draw(t, "v6")
+		key := rapid.SliceOfN(rapid.Byte(), 4, 4).Draw(t, "key")
+		hdr := uint64(sid) << 1
+		if v6 {
+			key = rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "key6")
+			hdr |= 1
+		}
+		rev := rapid.Uint64().Draw(t, "rev")
+		created := rapid.Uint32().Draw(t, "created")
+		name := strings.Repeat("n", rapid.IntRange(0, 300).Draw(t, "nameLen"))
+		off := a.add(hdr, key, rev, created, name)
+		f := parseBytes(a.bytes(off), 0)
+		if f.sid != sid || string(f.key) != string(key) || f.rev != rev || f.created != created || f.name != name {
+			t.Fatalf("parseBytes = %+v", f)
+		}
+		gotSid, gotName, gotSize := ownerOf(a.bytes(off))
+		if gotSid != f.sid || gotName != f.name || gotSize != f.size {
+			t.Fatalf("ownerOf = %d %q %d, parseBytes %d %q %d", gotSid, gotName, gotSize, f.sid, f.name, f.size)
+		}
+		if got := keyOf(a.bytes(off)); string(got) != string(key) {
+			t.Fatalf("keyOf = %x, want %x", got, key)
+		}
+	})
+}
