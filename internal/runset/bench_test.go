@@ -2,6 +2,7 @@ package runset
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -118,6 +119,55 @@ func BenchmarkReset1M(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkHeapPerRun reports the heap the index takes per run for 1M
+// scattered values of one /64 (each a run of its own, the allocator's worst
+// case in a huge IPv6 range), built by Add in random order or by Reset.
+func BenchmarkHeapPerRun(b *testing.B) {
+	sorted := scattered(million, 5)
+	shuffled := slices.Clone(sorted)
+	rand.New(rand.NewPCG(5, 6)).Shuffle(len(shuffled), func(i, j int) {
+		shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
+	})
+	for _, bc := range []struct {
+		name  string
+		build func(s *Set)
+	}{
+		{"Add", func(s *Set) {
+			for _, x := range shuffled {
+				s.Add(x)
+			}
+		}},
+		{"Reset", func(s *Set) {
+			if err := s.Reset(sorted); err != nil {
+				b.Fatal(err)
+			}
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var total uint64
+			for range b.N {
+				var before, after runtime.MemStats
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				b.StartTimer()
+				s := new(Set)
+				bc.build(s)
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.StartTimer()
+				if s.Runs() != million {
+					b.Fatalf("%d runs", s.Runs())
+				}
+				total += after.HeapAlloc - before.HeapAlloc
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(float64(total)/float64(b.N)/million, "B/run")
 		})
 	}
 }
