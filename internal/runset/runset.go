@@ -10,13 +10,24 @@
 // (Add, Remove, Contains, NextFree) neither recurse nor allocate except when a
 // node splits.
 //
+// Memory is what limits the allocator in huge IPv6 ranges, where randomly
+// chosen addresses are each a run of their own, so leaves are kept small and
+// full. A leaf whose runs all lie in one /64 (share the upper 64 bits) stores
+// only the lower halves, in the compact form, and holds twice as many runs.
+// A full leaf first hands runs to a sibling with room, as in a B*-tree, and
+// splits only when neither has any; random insertion then fills leaves to
+// about 88% instead of 70%, about 19 bytes per run in a /64.
+//
 // Deletion removes only empty nodes and never rebalances under-full ones:
 // rebalancing would add code and work to every Remove for little gain, since an
 // allocator's free-space index mostly grows. The price is that the height is
-// bounded by about log_32 of the number of run insertions since the last Reset
-// (a split needs that many), not of the current size: churn can leave a tall
-// tree of sparse nodes. With the default node sizes that is at most 13 levels
-// even after 2^64 insertions, and Reset rebuilds a compact tree.
+// bounded by about log_32 of the number of leaves created since the last
+// Reset, not of the current size: churn can leave a tall tree of sparse nodes.
+// A split needs about 32 run insertions, and a single insertion makes a leaf
+// only for a run of another /64 landing beside a compact leaf too large to
+// widen, so there are never more new leaves than insertions. With the default
+// node sizes that is at most 14 levels even after 2^64 insertions, and Reset
+// rebuilds a shallow tree.
 package runset
 
 import (
@@ -26,36 +37,30 @@ import (
 	"github.com/netipam/netipam/internal/u128"
 )
 
-// Node capacities. Both node types then take 2024-2032 bytes, just under the
-// 2048-byte allocation size class, so no memory is lost to rounding.
+// Node capacities. Both node types then take 2032-2040 bytes, just under the
+// 2048-byte allocation size class, so no memory is lost to rounding. A
+// compact leaf holds twice as many runs as a wide one in the same words.
 const (
-	leafCap  = 63
-	innerCap = 63
-	// maxDepth bounds the number of inner levels a cursor records. A leaf
-	// split takes about leafMax/2 insertions and each level up splits about
-	// innerMax/2 times less often than the one below, so with the real sizes
-	// 2^64 insertions reach 13 levels, and the tests' 2-entry nodes stay far
-	// below 40 too. Exceeding it panics rather than corrupting the tree.
+	compactCap = 126
+	wideCap    = compactCap / 2
+	innerCap   = 63
+	// maxDepth bounds the number of inner levels a cursor records. Each
+	// level splits about innerMax/2 times less often than the one below, so
+	// with the real sizes 2^64 new leaves (at most one per insertion) reach
+	// 14 levels, and the tests' 2-entry nodes stay far below 40 too.
+	// Exceeding it panics rather than corrupting the tree.
 	maxDepth = 40
 )
 
-// leafMax and innerMax are the split thresholds. They are variables only so
-// that tests can use tiny nodes and get deep trees from a handful of runs;
-// they must stay within [2, leafCap] and [2, innerCap], and must not change
-// while a Set holds values.
+// compactMax, wideMax and innerMax are the node capacities in use. They are
+// variables only so that tests can use tiny nodes and get deep trees from a
+// handful of runs; they must stay within [2, compactCap], [2, wideCap] and
+// [2, innerCap], and must not change while a Set holds values.
 var (
-	leafMax  = leafCap
-	innerMax = innerCap
+	compactMax = compactCap
+	wideMax    = wideCap
+	innerMax   = innerCap
 )
-
-// leaf holds runs [starts[i], ends[i]] for i < n, sorted by start. Starts and
-// ends are separate arrays so that the binary search over starts touches half
-// as many cache lines.
-type leaf struct {
-	n      int
-	starts [leafCap]u128.U128
-	ends   [leafCap]u128.U128
-}
 
 // inner is an interior node. keys[i] is the smallest run start in the subtree
 // of child i (kept exact for every i, including 0, so that a split or a root
@@ -114,34 +119,6 @@ func (n *inner) find(x u128.U128) int {
 		}
 	}
 	return lo - 1
-}
-
-// find returns the index of the last run whose start is <= x, or -1.
-func (l *leaf) find(x u128.U128) int {
-	lo, hi := 0, l.n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if x.Less(l.starts[m]) {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	return lo - 1
-}
-
-func (l *leaf) insert(j int, start, end u128.U128) {
-	copy(l.starts[j+1:l.n+1], l.starts[j:l.n])
-	copy(l.ends[j+1:l.n+1], l.ends[j:l.n])
-	l.starts[j], l.ends[j] = start, end
-	l.n++
-}
-
-// cut deletes runs [a, b).
-func (l *leaf) cut(a, b int) {
-	copy(l.starts[a:], l.starts[b:l.n])
-	copy(l.ends[a:], l.ends[b:l.n])
-	l.n -= b - a
 }
 
 func (n *inner) insertChild(j int, key u128.U128, kid *inner, lf *leaf) {
@@ -245,7 +222,7 @@ func (c *cursor) first(s *Set, x u128.U128) bool {
 		return false
 	}
 	c.seek(s, x)
-	if c.i >= 0 && !c.lf.ends[c.i].Less(x) {
+	if c.i >= 0 && !c.lf.end(c.i).Less(x) {
 		return true
 	}
 	return c.next()
@@ -264,32 +241,194 @@ func (c *cursor) fixMin(depth int, m u128.U128) {
 	}
 }
 
-// insertAt inserts run [start, end] at index j of c's leaf, splitting nodes
-// upwards as needed. c is stale afterwards.
+// insertAt inserts run [start, end] at index j of c's leaf, moving runs to a
+// sibling leaf or splitting nodes upwards as needed. c is stale afterwards.
 func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) {
 	s.runs++
-	l := c.lf
-	if l.n < leafMax {
-		l.insert(j, start, end)
-		if j == 0 {
-			c.fixMin(c.depth, start)
-		}
+	if l := c.lf; l.n < l.max() && l.fits(start, end) {
+		c.insert(j, start, end)
 		return
 	}
-	r := new(leaf)
-	h := (l.n + 1) / 2
-	r.n = copy(r.starts[:], l.starts[h:l.n])
-	copy(r.ends[:], l.ends[h:l.n])
-	l.n = h
-	if j <= h {
-		l.insert(j, start, end)
-		if j == 0 {
-			c.fixMin(c.depth, start)
+	s.insertSlow(c, j, start, end)
+}
+
+// insert inserts [start, end] at index j of c's leaf, which must have room
+// for it in its form.
+func (c *cursor) insert(j int, start, end u128.U128) {
+	c.lf.insert(j, start, end)
+	if j == 0 {
+		c.fixMin(c.depth, start)
+	}
+}
+
+// insertSlow is insertAt for a run that c's leaf cannot take as it is: the
+// leaf is full, or compact with another upper half than the run's.
+func (s *Set) insertSlow(c *cursor, j int, start, end u128.U128) {
+	l := c.lf
+	if !l.fits(start, end) {
+		// As runs are sorted, a run with another upper half goes first
+		// (j == 0) or last (j == l.n) in a compact leaf.
+		if l.n < wideMax {
+			l.widen()
+			c.insert(j, start, end)
+			return
 		}
+		// Widening this leaf would split it into two wide halves, doubling
+		// the room its runs take: put the run in the next leaf or one of its
+		// own, which later runs beside it fill.
+		if j == l.n && s.giveNext(c, start, end) {
+			return
+		}
+		s.addLeafBeside(c, j, start, end)
+		return
+	}
+	// The leaf is full in its form. If it is wide only because of runs since
+	// removed, compacting it makes room.
+	if hi := start.Hi; !l.compact && l.n < compactMax && end.Hi == hi && l.start(0).Hi == hi && l.end(l.n-1).Hi == hi {
+		l.compactIfShared()
+		c.insert(j, start, end)
+		return
+	}
+	if s.redistribute(c, j, start, end) {
+		return
+	}
+	s.split(c, j, start, end)
+}
+
+// giveNext inserts [start, end], which follows every run of c's leaf, first
+// in the leaf's next sibling, if that can take it without splitting.
+func (s *Set) giveNext(c *cursor, start, end u128.U128) bool {
+	if c.depth == 0 {
+		return false
+	}
+	f := c.path[c.depth-1]
+	if f.i+1 >= f.n.n {
+		return false
+	}
+	r := f.n.leaves[f.i+1]
+	switch {
+	case r.n < r.max() && r.fits(start, end):
+	case r.compact && r.n < wideMax:
+		r.widen()
+	default:
+		return false
+	}
+	r.insert(0, start, end)
+	f.n.keys[f.i+1] = start
+	return true
+}
+
+// addLeafBeside puts [start, end] alone in a new leaf just before c's leaf
+// (j == 0) or just after it (j == c.lf.n).
+func (s *Set) addLeafBeside(c *cursor, j int, start, end u128.U128) {
+	l, r := c.lf, new(leaf)
+	if j == 0 {
+		// The new leaf must follow c's: it takes l's runs instead.
+		*r = *l
+		l.only(start, end)
+		c.fixMin(c.depth, start)
+	} else {
+		r.only(start, end)
+	}
+	s.addChild(c, c.depth-1, r.start(0), nil, r)
+}
+
+// redistribute inserts [start, end] at index j of c's full leaf l by moving
+// runs to a sibling under the same parent that has room, as a B*-tree does, so
+// that random insertion leaves leaves fuller than splits alone would. It
+// fills half the sibling's free room so that the next overflow is not
+// immediate, and reports false if no sibling can take runs.
+//
+// Runs are counted in the sequence v of l's runs with the new one at j.
+func (s *Set) redistribute(c *cursor, j int, start, end u128.U128) bool {
+	if c.depth == 0 {
+		return false
+	}
+	f := c.path[c.depth-1]
+	p, i, l := f.n, f.i, c.lf
+	n := l.n + 1 // length of v
+	vrun := func(t int) run {
+		switch {
+		case t < j:
+			return l.run(t)
+		case t == j:
+			return run{start, end}
+		}
+		return l.run(t - 1)
+	}
+	// kl runs of v may go to the left sibling and kr to the right one. As
+	// runs are sorted, a compact sibling can take them if the first start
+	// and the last end fit.
+	var left, right *leaf
+	kl, kr := 0, 0
+	if i > 0 {
+		left = p.leaves[i-1]
+		kl = min((left.max()-left.n+1)/2, n-1)
+		if kl > 0 && !left.fits(vrun(0).start, vrun(kl-1).end) {
+			kl = 0
+		}
+	}
+	if i+1 < p.n {
+		right = p.leaves[i+1]
+		kr = min((right.max()-right.n+1)/2, n-1)
+		if kr > 0 && !right.fits(vrun(n-kr).start, vrun(n-1).end) {
+			kr = 0
+		}
+	}
+	switch {
+	case kl == 0 && kr == 0:
+		return false
+	case kl >= kr:
+		// v[0:kl] go to the end of left, the rest stays in l.
+		d := left.n
+		if j < kl {
+			copyRuns(left, d, l, 0, j)
+			left.set(d+j, start, end)
+			copyRuns(left, d+j+1, l, j, kl-1-j)
+			left.n += kl
+			l.cut(0, kl-1)
+		} else {
+			copyRuns(left, d, l, 0, kl)
+			left.n += kl
+			l.cut(0, kl)
+			l.insert(j-kl, start, end)
+		}
+		p.keys[i] = l.start(0)
+	default:
+		// v[n-kr:] go to the front of right, the rest stays in l.
+		right.open(0, kr)
+		if m := n - kr; j >= m {
+			copyRuns(right, 0, l, m, j-m)
+			right.set(j-m, start, end)
+			copyRuns(right, j-m+1, l, j, l.n-j)
+			l.n = m
+		} else {
+			copyRuns(right, 0, l, m-1, kr)
+			l.n = m - 1
+			c.insert(j, start, end)
+		}
+		p.keys[i+1] = right.start(0)
+	}
+	return true
+}
+
+// split inserts [start, end] at index j of c's full leaf by moving its upper
+// half to a new leaf. A wide half whose runs share their upper half becomes
+// compact.
+func (s *Set) split(c *cursor, j int, start, end u128.U128) {
+	l, r := c.lf, new(leaf)
+	h := (l.n + 1) / 2
+	r.compact, r.hi = l.compact, l.hi
+	copyRuns(r, 0, l, h, l.n-h)
+	r.n, l.n = l.n-h, h
+	if j <= h {
+		c.insert(j, start, end)
 	} else {
 		r.insert(j-h, start, end)
 	}
-	s.addChild(c, c.depth-1, r.starts[0], nil, r)
+	l.compactIfShared()
+	r.compactIfShared()
+	s.addChild(c, c.depth-1, r.start(0), nil, r)
 }
 
 // addChild inserts a new child (kid or lf) with minimum key just after the
@@ -328,7 +467,7 @@ func (s *Set) addChild(c *cursor, d int, key u128.U128, kid *inner, lf *leaf) {
 	r := &inner{n: 2, keys: [innerCap]u128.U128{1: key}}
 	if s.height == 0 {
 		r.leafKids = true
-		r.keys[0] = s.leaf.starts[0]
+		r.keys[0] = s.leaf.start(0)
 		r.leaves[0], r.leaves[1] = s.leaf, lf
 		s.leaf = nil
 	} else {
@@ -380,7 +519,7 @@ func (s *Set) Contains(x u128.U128) bool {
 		return false
 	}
 	l, i := s.locate(x)
-	return i >= 0 && !l.ends[i].Less(x)
+	return i >= 0 && !l.end(i).Less(x)
 }
 
 // RunAt returns the maximal run [start, end] containing x, and ok=false if x
@@ -390,10 +529,10 @@ func (s *Set) RunAt(x u128.U128) (start, end u128.U128, ok bool) {
 		return
 	}
 	l, i := s.locate(x)
-	if i < 0 || l.ends[i].Less(x) {
+	if i < 0 || l.end(i).Less(x) {
 		return
 	}
-	return l.starts[i], l.ends[i], true
+	return l.start(i), l.end(i), true
 }
 
 // NextFree returns the smallest value v with from <= v <= to that is not in
@@ -408,10 +547,10 @@ func (s *Set) NextFree(from, to u128.U128) (u128.U128, bool) {
 		return from, true
 	}
 	l, i := s.locate(from)
-	if i < 0 || l.ends[i].Less(from) {
+	if i < 0 || l.end(i).Less(from) {
 		return from, true
 	}
-	e := l.ends[i]
+	e := l.end(i)
 	if e == u128.Max || !e.Less(to) {
 		return u128.U128{}, false
 	}
@@ -426,8 +565,8 @@ func (s *Set) Count(lo, hi u128.U128) u128.U128 {
 		return sum
 	}
 	var c cursor
-	for ok := c.first(s, lo); ok && !hi.Less(c.lf.starts[c.i]); ok = c.next() {
-		a, b := u128.MaxOf(c.lf.starts[c.i], lo), u128.Min(c.lf.ends[c.i], hi)
+	for ok := c.first(s, lo); ok && !hi.Less(c.lf.start(c.i)); ok = c.next() {
+		a, b := u128.MaxOf(c.lf.start(c.i), lo), u128.Min(c.lf.end(c.i), hi)
 		sum = sum.Add(b.Sub(a).Inc())
 	}
 	return sum
@@ -443,8 +582,8 @@ func (s *Set) Ranges(lo, hi u128.U128) iter.Seq2[u128.U128, u128.U128] {
 			return
 		}
 		var c cursor
-		for ok := c.first(s, lo); ok && !hi.Less(c.lf.starts[c.i]); {
-			a, b := u128.MaxOf(c.lf.starts[c.i], lo), u128.Min(c.lf.ends[c.i], hi)
+		for ok := c.first(s, lo); ok && !hi.Less(c.lf.start(c.i)); {
+			a, b := u128.MaxOf(c.lf.start(c.i), lo), u128.Min(c.lf.end(c.i), hi)
 			gen := s.gen
 			if !yield(a, b) || b == hi {
 				return
@@ -479,7 +618,7 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		if s.leaf == nil {
 			s.leaf = new(leaf)
 		}
-		s.leaf.starts[0], s.leaf.ends[0], s.leaf.n = lo, hi, 1
+		s.leaf.only(lo, hi)
 		s.runs, s.n = 1, added
 		return added
 	}
@@ -489,38 +628,35 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 	var c cursor
 	c.seek(s, lo)
 	l, j := c.lf, c.i
-	if j < 0 || (!lo.IsZero() && l.ends[j].Less(lo.Dec())) {
+	if j < 0 || (!lo.IsZero() && l.end(j).Less(lo.Dec())) {
 		// The run before lo, if any, does not reach it: the first run to
 		// merge is the next one, possibly in the next leaf.
 		j++
 		if j == l.n {
 			var c2 cursor
 			c2.copyFrom(&c)
-			if c2.nextLeaf() && touches(c2.lf.starts[0]) {
+			if c2.nextLeaf() && touches(c2.lf.start(0)) {
 				c.copyFrom(&c2)
 				l, j = c.lf, 0
 			}
 		}
-		if j == l.n || !touches(l.starts[j]) {
+		if j == l.n || !touches(l.start(j)) {
 			s.insertAt(&c, j, lo, hi)
 			s.n = s.n.Add(added)
 			return added
 		}
 	}
-	// Run j merges with [lo, hi]; grow it over every following run that does.
-	added = added.Sub(overlap(l.starts[j], l.ends[j], lo, hi))
-	end := u128.MaxOf(l.ends[j], hi)
-	if lo.Less(l.starts[j]) {
-		l.starts[j] = lo
-		if j == 0 {
-			c.fixMin(c.depth, lo)
-		}
-	}
+	// Run j merges with [lo, hi]; grow it over every following run that
+	// does. Its new bounds are stored last, as they may not fit the leaf's
+	// form; until then the tree holds its old start, which finds it again.
+	start := l.start(j)
+	added = added.Sub(overlap(start, l.end(j), lo, hi))
+	end := u128.MaxOf(l.end(j), hi)
 	for {
 		k := j + 1
-		for ; k < l.n && touches(l.starts[k]); k++ {
-			added = added.Sub(overlap(l.starts[k], l.ends[k], lo, hi))
-			end = u128.MaxOf(end, l.ends[k])
+		for ; k < l.n && touches(l.start(k)); k++ {
+			added = added.Sub(overlap(l.start(k), l.end(k), lo, hi))
+			end = u128.MaxOf(end, l.end(k))
 		}
 		if k > j+1 {
 			l.cut(j+1, k)
@@ -536,9 +672,9 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		}
 		l2 := c2.lf
 		m := 0
-		for ; m < l2.n && touches(l2.starts[m]); m++ {
-			added = added.Sub(overlap(l2.starts[m], l2.ends[m], lo, hi))
-			end = u128.MaxOf(end, l2.ends[m])
+		for ; m < l2.n && touches(l2.start(m)); m++ {
+			added = added.Sub(overlap(l2.start(m), l2.end(m), lo, hi))
+			end = u128.MaxOf(end, l2.end(m))
 		}
 		if m == 0 {
 			break
@@ -546,19 +682,46 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		s.runs -= m
 		if m < l2.n {
 			l2.cut(0, m)
-			c2.fixMin(c2.depth, l2.starts[0])
+			c2.fixMin(c2.depth, l2.start(0))
 			break
 		}
 		// The whole next leaf merged: drop it, find our run again (its leaf
 		// and index are unchanged, but the path may not be), go on.
 		l2.n = 0
 		s.removeLeaf(&c2)
-		c.seek(s, l.starts[j])
+		c.seek(s, start)
 		l, j = c.lf, c.i
 	}
-	l.ends[j] = end
+	s.setRun(&c, j, u128.Min(start, lo), end)
 	s.n = s.n.Add(added)
 	return added
+}
+
+// setRun grows run j of c's leaf to [start, end], which overlaps or touches
+// no other run. c is stale afterwards.
+func (s *Set) setRun(c *cursor, j int, start, end u128.U128) {
+	l := c.lf
+	if !l.fits(start, end) {
+		if l.n > wideMax {
+			// Too many runs to widen the leaf: take the run out and insert
+			// it anew, which puts it beside the leaf. As runs are sorted,
+			// the run is the leaf's first or last one, so l keeps runs.
+			l.cut(j, j+1)
+			if j == 0 {
+				c.fixMin(c.depth, l.start(0))
+			}
+			s.runs--
+			c.seek(s, start)
+			s.insertAt(c, c.i+1, start, end)
+			return
+		}
+		l.widen()
+	}
+	old := l.start(j)
+	l.set(j, start, end)
+	if j == 0 && start != old {
+		c.fixMin(c.depth, start)
+	}
 }
 
 // overlap returns the size of [a, b] ∩ [lo, hi], which must not be empty
@@ -587,7 +750,7 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 			break
 		}
 		l, i := c.lf, c.i
-		start, end := l.starts[i], l.ends[i]
+		start, end := l.start(i), l.end(i)
 		if hi.Less(start) {
 			break
 		}
@@ -603,17 +766,18 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 			if l.n == 0 {
 				s.removeLeaf(&c)
 			} else if i == 0 {
-				c.fixMin(c.depth, l.starts[0])
+				c.fixMin(c.depth, l.start(0))
 			}
 		case start == a:
-			l.starts[i] = b.Inc()
+			// Within the run: the bounds keep fitting the leaf's form.
+			l.setStart(i, b.Inc())
 			if i == 0 {
-				c.fixMin(c.depth, l.starts[i])
+				c.fixMin(c.depth, b.Inc())
 			}
 		case end == b:
-			l.ends[i] = a.Dec()
+			l.setEnd(i, a.Dec())
 		default:
-			l.ends[i] = a.Dec()
+			l.setEnd(i, a.Dec())
 			s.insertAt(&c, i+1, b.Inc(), end)
 		}
 		if b == hi {
@@ -630,7 +794,8 @@ var ErrNotSorted = errors.New("runset: values not sorted ascending and unique")
 // Reset replaces the contents with the given values, which must be sorted
 // ascending without duplicates; otherwise it returns ErrNotSorted and leaves
 // the set unchanged. It builds the tree bottom-up in O(n), filling nodes to
-// three quarters so that the first insertions after a cold start rarely split.
+// three quarters so that the first insertions after a cold start rarely split,
+// with compact leaves wherever runs share a /64.
 func (s *Set) Reset(sorted []u128.U128) error {
 	runs := 0
 	for i, v := range sorted {
@@ -650,22 +815,38 @@ func (s *Set) Reset(sorted []u128.U128) error {
 	if runs == 0 {
 		return nil
 	}
-	fill := max(1, leafMax-leafMax/4)
-	nl := (runs + fill - 1) / fill
 	// Leaves are allocated one by one rather than as one slab so that a leaf
-	// emptied later is freed instead of pinning the whole slab.
-	leaves := make([]*leaf, nl)
-	v := 0
-	for k := range leaves {
-		l := new(leaf)
-		for want := share(runs, nl, k); l.n < want; l.n++ {
-			start := sorted[v]
-			for v++; v < len(sorted) && sorted[v] == sorted[v-1].Inc(); v++ {
-			}
-			l.starts[l.n], l.ends[l.n] = start, sorted[v-1]
+	// emptied later is freed instead of pinning the whole slab. Each takes
+	// runs up to three quarters of its form's capacity: compact while the
+	// runs share their upper half, else wide. A compact leaf meeting another
+	// upper half widens if it has room, else the next leaf starts: every leaf
+	// but the last holds at least wideFill runs.
+	compactFill := max(1, compactMax-compactMax/4)
+	wideFill := max(1, wideMax-wideMax/4)
+	leaves := make([]*leaf, 0, (runs+compactFill-1)/compactFill)
+	var l *leaf
+	for v := 0; v < len(sorted); {
+		start := sorted[v]
+		for v++; v < len(sorted) && sorted[v] == sorted[v-1].Inc(); v++ {
 		}
-		leaves[k] = l
+		end := sorted[v-1]
+		switch {
+		case l == nil:
+		case !l.fits(start, end):
+			if l.n < wideFill {
+				l.widen()
+				l.insert(l.n, start, end)
+				continue
+			}
+		case l.compact && l.n < compactFill, !l.compact && l.n < wideFill:
+			l.insert(l.n, start, end)
+			continue
+		}
+		l = new(leaf)
+		l.only(start, end)
+		leaves = append(leaves, l)
 	}
+	nl := len(leaves)
 	if nl == 1 {
 		s.leaf = leaves[0]
 		return nil
@@ -676,7 +857,7 @@ func (s *Set) Reset(sorted []u128.U128) error {
 	ifill := max(2, innerMax-innerMax/4)
 	level := group(nl, ifill, func(p *inner, c int) {
 		p.leafKids = true
-		p.leaves[p.n], p.keys[p.n] = leaves[c], leaves[c].starts[0]
+		p.leaves[p.n], p.keys[p.n] = leaves[c], leaves[c].start(0)
 	})
 	s.height = 1
 	for len(level) > 1 {

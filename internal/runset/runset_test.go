@@ -20,9 +20,10 @@ var (
 func v(x uint64) u128.U128 { return u128.From64(x) }
 
 // check walks the whole tree and validates every invariant: leaves all at
-// the same depth, no empty node (except an empty root leaf), runs sorted,
-// disjoint and non-adjacent across leaves, exact minimum keys in inner nodes,
-// no single-child root, and the maintained Runs and Len.
+// the same depth, no empty node (except an empty root leaf), no leaf over its
+// form's capacity, runs sorted, disjoint and non-adjacent across leaves,
+// exact minimum keys in inner nodes, no single-child root, and the maintained
+// Runs and Len.
 func (s *Set) check() error {
 	var (
 		runs    int
@@ -31,8 +32,11 @@ func (s *Set) check() error {
 		have    bool
 	)
 	visitLeaf := func(l *leaf) error {
+		if l.n > l.max() || (l.compact && l.n > compactCap) || (!l.compact && l.n > wideCap) {
+			return fmt.Errorf("leaf (compact %v) holds %d runs", l.compact, l.n)
+		}
 		for i := range l.n {
-			a, b := l.starts[i], l.ends[i]
+			a, b := l.start(i), l.end(i)
 			if b.Less(a) {
 				return fmt.Errorf("run [%v, %v] reversed", a, b)
 			}
@@ -59,8 +63,8 @@ func (s *Set) check() error {
 				if l.n == 0 {
 					return fmt.Errorf("empty leaf under depth %d", depth)
 				}
-				if p.keys[i] != l.starts[0] {
-					return fmt.Errorf("key %v != leaf min %v", p.keys[i], l.starts[0])
+				if p.keys[i] != l.start(0) {
+					return fmt.Errorf("key %v != leaf min %v", p.keys[i], l.start(0))
 				}
 				if err := visitLeaf(l); err != nil {
 					return err
@@ -338,7 +342,7 @@ func TestClone(t *testing.T) {
 // TestRangesModify removes values while iterating; the iteration must go on
 // over the modified set without skipping or repeating runs.
 func TestRangesModify(t *testing.T) {
-	defer setCaps(2, 3)()
+	defer setCaps(3, 2, 3)()
 	var s Set
 	for i := range uint64(300) {
 		s.Add(v(i * 4))
@@ -383,10 +387,10 @@ func TestRangesModify(t *testing.T) {
 
 // setCaps shrinks the node sizes so that a few runs make a deep tree, and
 // returns a func restoring them.
-func setCaps(l, i int) func() {
-	ol, oi := leafMax, innerMax
-	leafMax, innerMax = l, i
-	return func() { leafMax, innerMax = ol, oi }
+func setCaps(compact, wide, inner int) func() {
+	oc, ow, oi := compactMax, wideMax, innerMax
+	compactMax, wideMax, innerMax = compact, wide, inner
+	return func() { compactMax, wideMax, innerMax = oc, ow, oi }
 }
 
 // TestLarge builds trees several levels deep with the real node sizes, near
@@ -583,8 +587,16 @@ func (m model) nextFree(from, to u128.U128) (u128.U128, bool) {
 }
 
 // windows are the small value ranges the property test draws from: both
-// ends of the space and both sides of 2^64.
-var windows = [][2]u128.U128{{v(0), v(40)}, {two64.Sub64(20), two64.Add64(20)}, {top.Sub64(40), top}}
+// ends of the space, both sides of 2^64, and the middle of the first two
+// /64s, so that leaves hold runs of one or of several upper halves and switch
+// between the compact and wide forms.
+var windows = [][2]u128.U128{
+	{v(0), v(40)},
+	{v(1 << 63), v(1<<63 + 40)},
+	{two64.Sub64(20), two64.Add64(20)},
+	{two64.Add64(1 << 63), two64.Add64(1<<63 + 40)},
+	{top.Sub64(40), top},
+}
 
 func genValue() *rapid.Generator[u128.U128] {
 	return rapid.Custom(func(t *rapid.T) u128.U128 {
@@ -594,11 +606,13 @@ func genValue() *rapid.Generator[u128.U128] {
 }
 
 func TestProperty(t *testing.T) {
-	defer setCaps(leafMax, innerMax)()
+	defer setCaps(compactMax, wideMax, innerMax)()
 	rapid.Check(t, func(t *rapid.T) {
 		// Tiny nodes make multi-level trees out of a few dozen runs; the
-		// real sizes are drawn too.
-		leafMax = rapid.SampledFrom([]int{2, 3, 4, leafCap}).Draw(t, "leafMax")
+		// real sizes are drawn too. Compact leaves may be smaller or larger
+		// than wide ones.
+		compactMax = rapid.SampledFrom([]int{2, 3, 4, 6, 8, compactCap}).Draw(t, "compactMax")
+		wideMax = rapid.SampledFrom([]int{2, 3, 4, wideCap}).Draw(t, "wideMax")
 		innerMax = rapid.SampledFrom([]int{2, 3, 4, innerCap}).Draw(t, "innerMax")
 		var s Set
 		var m model
@@ -745,4 +759,152 @@ func TestProperty(t *testing.T) {
 			},
 		})
 	})
+}
+
+// leafStats counts the leaves, the compact ones among them, and the room for
+// runs they have in their forms.
+func leafStats(s *Set) (leaves, compact, room int) {
+	visit := func(l *leaf) {
+		leaves++
+		room += l.max()
+		if l.compact {
+			compact++
+		}
+	}
+	var walk func(p *inner)
+	walk = func(p *inner) {
+		for i := range p.n {
+			if p.leafKids {
+				visit(p.leaves[i])
+			} else {
+				walk(p.kids[i])
+			}
+		}
+	}
+	switch {
+	case s.height > 0:
+		walk(s.root)
+	case s.leaf != nil:
+		visit(s.leaf)
+	}
+	return
+}
+
+// TestLeafForms walks through the form changes with the real node sizes.
+func TestLeafForms(t *testing.T) {
+	p64 := func(hi, lo uint64) u128.U128 { return u128.U128{Hi: hi, Lo: lo} }
+	forms := func(t *testing.T, s *Set, wantLeaves, wantCompact int) {
+		t.Helper()
+		mustCheck(t, s)
+		if leaves, compact, _ := leafStats(s); leaves != wantLeaves || compact != wantCompact {
+			t.Fatalf("%d leaves, %d compact; want %d, %d", leaves, compact, wantLeaves, wantCompact)
+		}
+	}
+	t.Run("widen and compact again", func(t *testing.T) {
+		var s Set
+		s.Add(p64(5, 10))
+		forms(t, &s, 1, 1)
+		s.Add(p64(6, 0)) // few runs: the leaf widens
+		forms(t, &s, 1, 0)
+		s.Remove(p64(6, 0))
+		for i := range uint64(wideCap) {
+			s.Add(p64(5, 20+2*i)) // the leaf is full, but compacts instead of splitting
+		}
+		forms(t, &s, 1, 1)
+		if s.Runs() != wideCap+1 {
+			t.Fatalf("Runs %d", s.Runs())
+		}
+	})
+	t.Run("other /64 beside a large compact leaf", func(t *testing.T) {
+		var s Set
+		for i := range uint64(wideCap + 1) {
+			s.Add(p64(5, 2*i))
+		}
+		s.Add(p64(6, 100)) // after the leaf: a leaf of its own
+		forms(t, &s, 2, 2)
+		s.Add(p64(6, 50)) // also after it: joins the next leaf
+		forms(t, &s, 2, 2)
+		s.Add(p64(4, 0)) // before the leaf: a leaf of its own, first
+		forms(t, &s, 3, 3)
+		s.Add(p64(7, 0)) // the last leaf has few runs: it widens
+		forms(t, &s, 3, 2)
+		if got := ranges(&s, p64(6, 0), p64(7, 0)); !slices.Equal(got, []rng{{p64(6, 50), p64(6, 50)}, {p64(6, 100), p64(6, 100)}, {p64(7, 0), p64(7, 0)}}) {
+			t.Fatalf("runs %v", got)
+		}
+	})
+	t.Run("run grown across a /64 boundary", func(t *testing.T) {
+		var s Set
+		for i := range uint64(wideCap + 2) {
+			s.Add(p64(5, 1<<63+2*i))
+		}
+		last := p64(5, 1<<63+2*(wideCap+1))
+		// Growing the last run into the next /64 moves it to a leaf of
+		// its own; growing the first one down into the previous /64 too,
+		// as too many runs are left to widen the leaf.
+		if got := s.AddRange(last, p64(6, 7)); got != p64(6, 7).Sub(last) {
+			t.Fatalf("AddRange added %v", got)
+		}
+		forms(t, &s, 2, 1)
+		s.AddRange(p64(4, 3), p64(5, 1<<63))
+		forms(t, &s, 3, 1)
+		if a, b, ok := s.RunAt(p64(5, 0)); !ok || a != p64(4, 3) || b != p64(5, 1<<63) {
+			t.Fatalf("RunAt = %v %v %v", a, b, ok)
+		}
+		// A leaf of wideCap runs widens instead.
+		var w Set
+		for i := range uint64(wideCap) {
+			w.Add(p64(5, 10+2*i))
+		}
+		w.AddRange(p64(4, 0), p64(5, 10))
+		forms(t, &w, 1, 0)
+		if w.Runs() != wideCap {
+			t.Fatalf("Runs %d", w.Runs())
+		}
+	})
+	t.Run("Reset", func(t *testing.T) {
+		var vals []u128.U128
+		for hi := range uint64(3) {
+			for lo := range uint64(200) {
+				vals = append(vals, p64(hi, 2*lo))
+			}
+		}
+		vals = append(vals, p64(3, ^uint64(0)), p64(4, 0), p64(4, 5)) // a run across a boundary
+		for lo := range uint64(10) {
+			vals = append(vals, p64(5+lo, 0)) // a wide leaf
+		}
+		var s Set
+		if err := s.Reset(vals); err != nil {
+			t.Fatal(err)
+		}
+		mustCheck(t, &s)
+		// Leaves take up to 94 runs when compact and 47 when wide, in
+		// order: the 12 runs left of the first /64 share a wide leaf with
+		// 35 of the second, which leaves 165 runs for two compact leaves.
+		//   c0:94 c0:94 w0:12+1:35 c1:94 c1:71 c2:94 c2:94 w2:12+13
+		leaves, compact, _ := leafStats(&s)
+		if leaves != 8 || compact != 6 {
+			t.Fatalf("%d leaves, %d compact", leaves, compact)
+		}
+	})
+}
+
+// TestRandomFill checks that random insertion leaves leaves mostly full, in
+// one /64 (compact leaves) and over many (wide ones), and that values built
+// both ways agree.
+func TestRandomFill(t *testing.T) {
+	for _, hiBits := range []uint{0, 16} {
+		r := rand.New(rand.NewPCG(uint64(hiBits), 3))
+		var s Set
+		for range 100_000 {
+			s.Add(u128.U128{Hi: 1<<40 + r.Uint64N(1<<hiBits), Lo: r.Uint64()})
+		}
+		mustCheck(t, &s)
+		leaves, compact, room := leafStats(&s)
+		if fill := float64(s.Runs()) / float64(room); fill < 0.8 {
+			t.Errorf("%d /64s: leaves %.2f full", 1<<hiBits, fill)
+		}
+		if (hiBits == 0) != (compact == leaves) || (hiBits > 0 && compact != 0) {
+			t.Errorf("%d /64s: %d of %d leaves compact", 1<<hiBits, compact, leaves)
+		}
+	}
 }

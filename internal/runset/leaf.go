@@ -1,0 +1,194 @@
+package runset
+
+import "github.com/netipam/netipam/internal/u128"
+
+// leaf holds the runs [start(i), end(i)] for i < n, sorted by start, in one
+// of two forms over the same words w:
+//
+//   - compact: every start and end has the upper half hi; w[i] is the lower
+//     half of start i and w[compactCap+i] that of end i. This is the normal
+//     form inside a /64 or smaller, and holds twice as many runs.
+//   - wide: any runs; w[2i], w[2i+1] are the upper and lower halves of start
+//     i, and w[compactCap+2i], w[compactCap+2i+1] those of end i.
+//
+// Starts and ends are kept apart so that the binary search over starts
+// touches half as many cache lines. n never exceeds compactMax in the compact
+// form nor wideMax in the wide form.
+//
+// A new leaf is compact when its runs allow it. A compact leaf is widened when
+// a run of another upper half arrives and there is room for it in the wide
+// form (else the run goes to another leaf). A wide leaf turns compact only
+// when it overflows or splits, not when a Remove takes away its last run of
+// another upper half: that would add a check to every Remove, and a wide
+// leaf costs nothing more until it fills.
+type leaf struct {
+	n       int
+	compact bool
+	hi      uint64
+	w       [2 * compactCap]uint64
+}
+
+// run is a run outside the tree, for code that moves runs between leaves.
+type run struct{ start, end u128.U128 }
+
+// stride is the number of words a start (or an end) takes.
+func (l *leaf) stride() int {
+	if l.compact {
+		return 1
+	}
+	return 2
+}
+
+// max is the number of runs the leaf may hold in its current form.
+func (l *leaf) max() int {
+	if l.compact {
+		return compactMax
+	}
+	return wideMax
+}
+
+func (l *leaf) start(i int) u128.U128 {
+	if l.compact {
+		return u128.U128{Hi: l.hi, Lo: l.w[i]}
+	}
+	return u128.U128{Hi: l.w[2*i], Lo: l.w[2*i+1]}
+}
+
+func (l *leaf) end(i int) u128.U128 {
+	if l.compact {
+		return u128.U128{Hi: l.hi, Lo: l.w[compactCap+i]}
+	}
+	return u128.U128{Hi: l.w[compactCap+2*i], Lo: l.w[compactCap+2*i+1]}
+}
+
+func (l *leaf) run(i int) run { return run{l.start(i), l.end(i)} }
+
+// fits reports whether the run [a, b] can be stored in the leaf's form.
+func (l *leaf) fits(a, b u128.U128) bool {
+	return !l.compact || (a.Hi == l.hi && b.Hi == l.hi)
+}
+
+// setStart and setEnd overwrite one bound of run i; the new value must fit
+// the form.
+func (l *leaf) setStart(i int, x u128.U128) {
+	if l.compact {
+		l.w[i] = x.Lo
+	} else {
+		l.w[2*i], l.w[2*i+1] = x.Hi, x.Lo
+	}
+}
+
+func (l *leaf) setEnd(i int, x u128.U128) {
+	if l.compact {
+		l.w[compactCap+i] = x.Lo
+	} else {
+		l.w[compactCap+2*i], l.w[compactCap+2*i+1] = x.Hi, x.Lo
+	}
+}
+
+func (l *leaf) set(i int, a, b u128.U128) {
+	l.setStart(i, a)
+	l.setEnd(i, b)
+}
+
+// find returns the index of the last run whose start is <= x, or -1.
+func (l *leaf) find(x u128.U128) int {
+	lo, hi := 0, l.n
+	if l.compact {
+		switch {
+		case x.Hi < l.hi:
+			return -1
+		case x.Hi > l.hi:
+			return l.n - 1
+		}
+		starts := l.w[:l.n]
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if x.Lo < starts[m] {
+				hi = m
+			} else {
+				lo = m + 1
+			}
+		}
+		return lo - 1
+	}
+	starts := l.w[:2*l.n]
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if sh := starts[2*m]; x.Hi < sh || (x.Hi == sh && x.Lo < starts[2*m+1]) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo - 1
+}
+
+// open shifts runs [j, n) up by k, leaving k slots at j to be set.
+func (l *leaf) open(j, k int) {
+	st := l.stride()
+	copy(l.w[st*(j+k):st*(l.n+k)], l.w[st*j:st*l.n])
+	copy(l.w[compactCap+st*(j+k):compactCap+st*(l.n+k)], l.w[compactCap+st*j:compactCap+st*l.n])
+	l.n += k
+}
+
+// insert puts [a, b] at index j; it must fit the form and the leaf must have
+// room.
+func (l *leaf) insert(j int, a, b u128.U128) {
+	l.open(j, 1)
+	l.set(j, a, b)
+}
+
+// cut deletes runs [a, b).
+func (l *leaf) cut(a, b int) {
+	st := l.stride()
+	copy(l.w[st*a:], l.w[st*b:st*l.n])
+	copy(l.w[compactCap+st*a:], l.w[compactCap+st*b:compactCap+st*l.n])
+	l.n -= b - a
+}
+
+// only makes [a, b] the leaf's single run, in the compact form if it can.
+func (l *leaf) only(a, b u128.U128) {
+	l.n, l.compact, l.hi = 1, a.Hi == b.Hi, a.Hi
+	l.set(0, a, b)
+}
+
+// copyRuns overwrites dst's runs [di, di+k) with src's runs [si, si+k). The
+// runs must fit dst's form; dst.n is left to the caller.
+func copyRuns(dst *leaf, di int, src *leaf, si, k int) {
+	if dst.compact == src.compact && (!dst.compact || dst.hi == src.hi) {
+		st := dst.stride()
+		copy(dst.w[st*di:st*(di+k)], src.w[st*si:st*(si+k)])
+		copy(dst.w[compactCap+st*di:compactCap+st*(di+k)], src.w[compactCap+st*si:compactCap+st*(si+k)])
+		return
+	}
+	for t := range k {
+		dst.set(di+t, src.start(si+t), src.end(si+t))
+	}
+}
+
+// widen converts a compact leaf of at most wideMax runs to the wide form, in
+// place: going down, each run's new words lie at or above its old ones.
+func (l *leaf) widen() {
+	for i := l.n - 1; i >= 0; i-- {
+		a, b := l.w[i], l.w[compactCap+i]
+		l.w[2*i], l.w[2*i+1] = l.hi, a
+		l.w[compactCap+2*i], l.w[compactCap+2*i+1] = l.hi, b
+	}
+	l.compact = false
+}
+
+// compactIfShared converts a wide leaf to the compact form, in place, if its
+// runs all share their upper half (the first start and last end do, as runs
+// are sorted) and are few enough. Going up, each run's new words lie at or
+// below its old ones.
+func (l *leaf) compactIfShared() {
+	if l.compact || l.n == 0 || l.n > compactMax || l.w[0] != l.w[compactCap+2*(l.n-1)] {
+		return
+	}
+	l.hi = l.w[0]
+	for i := range l.n {
+		l.w[i], l.w[compactCap+i] = l.w[2*i+1], l.w[compactCap+2*i+1]
+	}
+	l.compact = true
+}
