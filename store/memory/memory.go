@@ -243,21 +243,22 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 	if len(recs) > 8 {
 		batch = make(map[netip.Addr]bool, len(recs))
 	}
-	for i, r := range recs {
-		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
+	for i := range recs { // by index: a record is 120 bytes to copy
+		addr := recs[i].Addr
+		if err := ipaddress.ValidateAddr(addr); err != nil {
 			return nil, err
 		}
-		if s.addrs.has(r.Addr) {
-			return nil, &store.AddressExistsError{Addr: r.Addr}
+		if s.addrs.has(addr) {
+			return nil, &store.AddressExistsError{Addr: addr}
 		}
-		dup := batch[r.Addr]
+		dup := batch[addr]
 		if batch != nil {
-			batch[r.Addr] = true
+			batch[addr] = true
 		} else {
-			dup = slices.ContainsFunc(recs[:i], func(p ipaddress.IPAddress) bool { return p.Addr == r.Addr })
+			dup = slices.ContainsFunc(recs[:i], func(p ipaddress.IPAddress) bool { return p.Addr == addr })
 		}
 		if dup {
-			return nil, &store.AddressExistsError{Addr: r.Addr}
+			return nil, &store.AddressExistsError{Addr: addr}
 		}
 	}
 	if err := s.checkFences(fences); err != nil {

@@ -592,8 +592,47 @@ func (r *records) dist(t *offTable, i int) int {
 }
 
 // insert adds the entry at off, whose hash is h, to t, which has room.
+//
+// Robin Hood: the entry goes before the first entry nearer its home than
+// it would be there, and that entry and the ones after it, up to a free
+// slot, move one slot on. Their order by home slot stays, so they move as
+// one block.
 func (r *records) insert(t *offTable, h uint64, off uint32) {
 	i, d, tag := r.home(t, h), 0, uint8(h)
+	for {
+		if t.off(i) == 0 {
+			t.set(i, off, d, tag)
+			t.n++
+			return
+		}
+		if r.dist(t, i) < d {
+			break
+		}
+		i = t.next(i)
+		d++
+	}
+	e := i + 1
+	for e < t.size && t.off(e) != 0 {
+		e++
+	}
+	if e == t.size { // the block wraps around the end: entry by entry
+		r.insertFrom(t, i, off, d, tag)
+		return
+	}
+	b := t.slots
+	copy(b[(i+1)*slotBytes:(e+1)*slotBytes], b[i*slotBytes:e*slotBytes])
+	for j := i + 1; j <= e; j++ {
+		if p := &b[j*slotBytes+4]; *p < 255 { // saturated stays so
+			*p++
+		}
+	}
+	t.set(i, off, d, tag)
+	t.n++
+}
+
+// insertFrom puts the entry (off, d, tag) in slot i and moves the entries
+// from there on one slot each, wrapping around the end.
+func (r *records) insertFrom(t *offTable, i int, off uint32, d int, tag uint8) {
 	for {
 		s := t.slot(i)
 		cur := binary.LittleEndian.Uint32(s)
@@ -602,14 +641,10 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 			t.n++
 			return
 		}
-		// Robin Hood: the entry nearer its home gives up the slot.
-		if rd := r.dist(t, i); rd < d {
-			ctag := s[5]
-			t.set(i, off, d, tag)
-			off, d, tag = cur, rd, ctag
-		}
+		cd, ctag := r.dist(t, i), s[5]
+		t.set(i, off, d, tag)
+		off, d, tag = cur, cd+1, ctag
 		i = t.next(i)
-		d++
 	}
 }
 
@@ -662,8 +697,38 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 	}
 }
 
-// removeAt empties slot i of t, shifting the entries after it back.
+// removeAt empties slot i of t, shifting the entries after it back: those
+// up to a free slot or an entry at its home move back one slot, as one
+// block unless it wraps around the end or holds a saturated distance.
 func (r *records) removeAt(t *offTable, i int) {
+	b := t.slots
+	e := i + 1
+	for e < t.size && t.off(e) != 0 {
+		d := b[e*slotBytes+4]
+		if d == 0 {
+			break
+		}
+		if d == 255 {
+			r.removeFrom(t, i)
+			return
+		}
+		e++
+	}
+	if e == t.size && t.off(0) != 0 && b[4] != 0 {
+		r.removeFrom(t, i) // the block goes on past the end
+		return
+	}
+	copy(b[i*slotBytes:(e-1)*slotBytes], b[(i+1)*slotBytes:e*slotBytes])
+	for j := i; j < e-1; j++ {
+		b[j*slotBytes+4]--
+	}
+	clear(t.slot(e - 1))
+	t.n--
+}
+
+// removeFrom is removeAt one entry at a time, for the blocks it does not
+// move at once.
+func (r *records) removeFrom(t *offTable, i int) {
 	for {
 		j := t.next(i)
 		if t.off(j) == 0 {

@@ -72,6 +72,9 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 	if len(seen) != len(model) {
 		t.Fatalf("all: %d records, model %d", len(seen), len(model))
 	}
+	for _, tb := range []*offTable{&r.v4, &r.v6, &r.owners} {
+		checkTable(t, r, tb)
+	}
 	for _, p := range recordsOwners {
 		var got, want []netip.Addr
 		for _, rec := range r.of(p) {
@@ -90,6 +93,36 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 		if !slices.Equal(got, want) {
 			t.Fatalf("of(%v) = %v, model %v", p, got, want)
 		}
+	}
+}
+
+// checkTable checks the Robin Hood invariants of tb: every slot's distance
+// byte and tag agree with its entry's hash, and along a run no entry is
+// more than one slot farther from home than the one before it (entries are
+// ordered by home), so lookups may stop early.
+func checkTable(t interface{ Fatalf(string, ...any) }, r *records, tb *offTable) {
+	n := 0
+	for i := range tb.size {
+		off := tb.off(i)
+		if off == 0 {
+			continue
+		}
+		n++
+		h := r.entryHash(tb, off)
+		d := i - r.home(tb, h)
+		if d < 0 {
+			d += tb.size
+		}
+		s := tb.slot(i)
+		if int(s[4]) != min(d, 255) || s[5] != uint8(h) {
+			t.Fatalf("slot %d: distance %d tag %d, want %d %d", i, s[4], s[5], min(d, 255), uint8(h))
+		}
+		if prev := (i + tb.size - 1) % tb.size; tb.off(prev) != 0 && d > r.dist(tb, prev)+1 {
+			t.Fatalf("slot %d: distance %d after %d", i, d, r.dist(tb, prev))
+		}
+	}
+	if n != tb.n {
+		t.Fatalf("%d entries, count %d", n, tb.n)
 	}
 }
 
