@@ -99,6 +99,10 @@ type Allocator struct {
 	locked store.Locked // st, when it shares its lock; else nil
 	// dyingCount mirrors dying for Release, which reads it without mu.
 	dyingCount atomic.Int32
+	// full says, per family, that every live pool is known full (see
+	// pool.knownFull), so that AllocateNext on a full range fails without
+	// taking mu. Set under mu whenever live or a pool's count changes.
+	full [2]atomic.Bool
 	// scratch for allocations over a locked store, used under mu.
 	recBuf   [2]ipaddress.IPAddress
 	fenceBuf [2]store.Fence
@@ -323,6 +327,11 @@ func sourcesOf(choices []choice) (s sources) {
 func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool, out *results) (sources, error) {
 	if err := owner.Validate(); err != nil {
 		return sources{}, err
+	}
+	if a.knownFull(reqs) && a.cfg.observer == nil {
+		// The observer is told which CIDR the policy would have blamed,
+		// which takes mu; without one, a full range fails here.
+		return sources{}, ErrFull
 	}
 	var skip []netip.Addr // taken per the store, though the index did not know yet
 	for attempt := 0; ; attempt++ {
@@ -582,10 +591,37 @@ func (l liveSource) full() choice {
 	return choice{fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
+// knownFull reports, without mu, that some dynamic request of reqs is for
+// a family whose live pools are all known full.
+func (a *Allocator) knownFull(reqs []request) bool {
+	for _, r := range reqs {
+		if fam, ok := famOf(r.family); ok && !r.addr.IsValid() && a.full[fam].Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshFullLocked recomputes full[fam].
+func (a *Allocator) refreshFullLocked(fam int) {
+	live := a.live[fam]
+	full := len(live) > 0
+	for _, l := range live {
+		full = full && l.pool.knownFull()
+	}
+	a.full[fam].Store(full)
+}
+
+// knownFull reports that pl has no free address, when its counters alone
+// tell: with excluded addresses in it, a search must tell.
+func (pl *pool) knownFull() bool {
+	return pl.size.IsZero() || (pl.excluded.IsZero() && pl.used == pl.size)
+}
+
 // nextInPoolLocked finds a free address of pl: upper band first, then lower.
 func (a *Allocator) nextInPoolLocked(pl *pool, skip []netip.Addr) (u128.U128, bool) {
-	if pl.size.IsZero() || (pl.excluded.IsZero() && pl.used == pl.size) {
-		return u128.U128{}, false // full, known in O(1)
+	if pl.knownFull() {
+		return u128.U128{}, false
 	}
 	upperFirst := pl.first
 	if pl.hasLower {

@@ -168,6 +168,46 @@ func TestRangeIsFullWhenEveryLiveCIDRIsFull(t *testing.T) {
 	}
 }
 
+// A full range is known full from counters kept as the index changes, so
+// AllocateNext fails without waiting for the lock (here held by someone
+// else), and the range serves again as soon as an address is released or a
+// CIDR is added.
+func TestRangeIsFullIsKnownWithoutTheLock(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/28"})
+	got := fill(t, a, ipaddress.IPv4, "s")
+	st.Mutex().Lock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("late"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, allocator.ErrFull) {
+			t.Errorf("AllocateNext on a full range: %v, want ErrFull", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("AllocateNext on a full range waited for the lock")
+	}
+	st.Mutex().Unlock()
+	if err := a.Release(ctx, got[3]); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustNext(t, a, ipaddress.IPv4, "after-release"); r != got[3] {
+		t.Fatalf("after a release: %s, want %s", r, got[3])
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("full-again")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("full again: %v, want ErrFull", err)
+	}
+	if _, err := a.CreateCIDR(ctx, "more", pfx("10.97.0.0/28")); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustNext(t, a, ipaddress.IPv4, "new-cidr"); !pfx("10.97.0.0/28").Contains(r) {
+		t.Fatalf("after a new CIDR: %s, want one of 10.97.0.0/28", r)
+	}
+}
+
 // Walkthrough 8.1: a full CIDR, then a new one: new addresses come from it.
 func TestAFullCIDRHandsOverToANewCIDR(t *testing.T) {
 	ctx := context.Background()

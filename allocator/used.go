@@ -56,6 +56,9 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	for _, pl := range a.poolList[fam] {
 		if pl.contains(x) {
 			pl.used = pl.used.Inc()
+			if pl.used == pl.size {
+				a.refreshFullLocked(fam)
+			}
 		}
 	}
 }
@@ -79,12 +82,16 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
 	if !removed {
 		return false
 	}
-	dying := false
+	dying, wasFull := false, false
 	for _, pl := range a.poolList[fam] {
 		if pl.contains(x) {
+			wasFull = wasFull || pl.used == pl.size
 			pl.used = pl.used.Dec()
 			dying = dying || len(pl.dying) > 0
 		}
+	}
+	if wasFull {
+		a.refreshFullLocked(fam)
 	}
 	return dying
 }

@@ -51,6 +51,8 @@ func (w watcher) Reset(s store.Snapshot) {
 	for _, pl := range a.pools {
 		pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
 	}
+	a.refreshFullLocked(0)
+	a.refreshFullLocked(1)
 	a.advanceLocked(s.Revision)
 	a.kickReconciler()
 }
@@ -156,7 +158,11 @@ func (a *Allocator) syncPoolsLocked() {
 	}
 	a.live = [2][]liveSource{}
 	a.dying = 0
-	defer func() { a.dyingCount.Store(int32(a.dying)) }()
+	defer func() {
+		a.dyingCount.Store(int32(a.dying))
+		a.refreshFullLocked(0)
+		a.refreshFullLocked(1)
+	}()
 	for _, c := range a.index.All() {
 		if c.Terminating {
 			a.dying++
