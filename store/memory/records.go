@@ -40,21 +40,20 @@ import (
 // backward-shift deletion, so there are no tombstones and churn at a
 // constant size leaves them as they were. Their size is any integer, not a
 // power of two (the home slot of a hash h is h*size/2^64), so that growth
-// can be by a quarter: at most 3/4 of the slots are full, and a table that
-// fills grows, all at once, to 5/4 of its size, so the load stays in
-// [0.6, 0.75] whatever the number of records. (At 0.9, linear probing's
-// clusters made a delete's backward shift the slowest step of an
-// allocation and release in a nearly full /16; 0.75 costs 3 bytes more.) Growth rehashes every entry,
-// which reads its address or owner from the arena; amortized, that is four
-// entries per insertion. It is done at once, not incrementally: at a
+// can be by a quarter: at most a fixed share of the slots are full (half
+// in the address tables, 3/4 in the owner table; see addrLoadNum), and a
+// table that fills grows, all at once, to 5/4 of its size, so the load
+// stays within 4/5 of that bound and the bound whatever the number of
+// records. Growth rehashes every entry, which reads its address or owner
+// from the arena; amortized, that is four entries per insertion. It is done at once, not incrementally: at a
 // million records the put that grows a table stalls for 0.1 to 0.2 s (both
 // tables of a family may grow on the same put), in exchange for lookups
 // that look in one table only.
 //
 // Per record, then: its entry, the name plus about 12 bytes for IPv4
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
-// the first, name length 1) and 24 for IPv6, and 2 × 6/load bytes of
-// slots, 16 to 20.
+// the first, name length 1) and 24 for IPv6, and 6/load bytes of slots in
+// each table, 20 to 25 in all.
 //
 // Deleting a record turns its entry into waste, which the next entry of the
 // same size reuses; when the waste outgrows the live entries all the same
@@ -358,7 +357,7 @@ func (r *records) compact() {
 	old := r.arena
 	r.arena = arena{}
 	osize := r.owners.size
-	if small := sizeFor(r.len()); small < osize/4 {
+	if small := r.owners.sizeFor(r.len()); small < osize/4 {
 		osize = small
 	}
 	r.owners = newTable(true, osize)
@@ -367,7 +366,7 @@ func (r *records) compact() {
 	var offs [64]uint32
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {
 		src := t
-		if small := sizeFor(t.n); small < t.size/4 {
+		if small := t.sizeFor(t.n); small < t.size/4 {
 			cp := *t
 			src = &cp
 			*t = newTable(false, small)
@@ -457,16 +456,34 @@ type offTable struct {
 // slotBytes is the size of a slot: offset, distance, tag.
 const slotBytes = 6
 
-// Load bounds: a table holds at most maxLoadNum/maxLoadDen entries per slot
-// and grows by a quarter.
+// Load bounds: an address table holds at most half as many entries as it
+// has slots, the owner table three quarters, and a table that reaches its
+// bound grows by a quarter. An allocation inserts into an address table at
+// a random place and its release deletes there, and each moves the entries
+// from there to the next free slot: about 5 of them at 3/4, about 1.5 at
+// 1/2, which keeps them on the line the lookup already loaded, for 4.4
+// more bytes per record (bench/BENCHMARKS.md has the numbers). The owner
+// table keeps 3/4: one IPv6 address scattered in a /64 already costs
+// ~95 B with index and owner, near the 100 B we allow.
 const (
-	maxLoadNum, maxLoadDen = 3, 4
-	minTableSize           = 8
+	addrLoadNum, addrLoadDen   = 1, 2
+	ownerLoadNum, ownerLoadDen = 3, 4
+	minTableSize               = 8
 )
 
-func sizeFor(n int) int {
-	// Room for n entries at the load a table has just after growing.
-	return max(minTableSize, n*maxLoadDen/maxLoadNum*5/4)
+// maxLoad returns t's load bound as num/den.
+func (t *offTable) maxLoad() (num, den int) {
+	if t.owners {
+		return ownerLoadNum, ownerLoadDen
+	}
+	return addrLoadNum, addrLoadDen
+}
+
+// sizeFor returns the size of a table of the kind of t for n entries: the
+// size at which it would just have grown.
+func (t *offTable) sizeFor(n int) int {
+	num, den := t.maxLoad()
+	return max(minTableSize, n*den/num*5/4)
 }
 
 func newTable(owners bool, size int) offTable {
@@ -505,7 +522,7 @@ func (t *offTable) next(i int) int {
 
 // reserve makes room in t for one more entry.
 func (r *records) reserve(t *offTable) {
-	if (t.n+1)*maxLoadDen <= t.size*maxLoadNum {
+	if num, den := t.maxLoad(); (t.n+1)*den <= t.size*num {
 		return
 	}
 	r.rehash(t, max(minTableSize, t.size+t.size/4))
