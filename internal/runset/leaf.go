@@ -93,7 +93,6 @@ func (l *leaf) set(i int, a, b u128.U128) {
 
 // find returns the index of the last run whose start is <= x, or -1.
 func (l *leaf) find(x u128.U128) int {
-	lo, hi := 0, l.n
 	if l.compact {
 		switch {
 		case x.Hi < l.hi:
@@ -101,27 +100,63 @@ func (l *leaf) find(x u128.U128) int {
 		case x.Hi > l.hi:
 			return l.n - 1
 		}
-		starts := l.w[:l.n]
-		for lo < hi {
-			m := int(uint(lo+hi) >> 1)
-			if x.Lo < starts[m] {
-				hi = m
-			} else {
-				lo = m + 1
-			}
-		}
-		return lo - 1
+		return findSampled(l.w[:l.n], x.Lo)
 	}
-	starts := l.w[:2*l.n]
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if sh := starts[2*m]; x.Hi < sh || (x.Hi == sh && x.Lo < starts[2*m+1]) {
-			hi = m
-		} else {
-			lo = m + 1
+	return findSampledWide(l.w[:2*l.n], x)
+}
+
+// sampleStride is the distance between the keys findSampled reads first:
+// 8 words, one cache line.
+const sampleStride = 8
+
+// findSampled returns the index of the last of the sorted keys that is <= x,
+// or -1. A binary search over a node that is not in cache waits for one
+// line after another (about five for a full compact leaf). This reads one
+// key per line first, in a loop whose loads do not depend on each other,
+// so the processor has all those lines in flight at once, and then only
+// the stretch between two of them: two waits instead of five.
+func findSampled(keys []uint64, x uint64) int {
+	c := 0 // how many sampled keys are <= x: they come first, keys being sorted
+	for k := 0; k < len(keys); k += sampleStride {
+		if keys[k] <= x {
+			c++
 		}
 	}
-	return lo - 1
+	if c == 0 {
+		return -1
+	}
+	i := (c - 1) * sampleStride // keys[i] <= x
+	end := min(i+sampleStride, len(keys))
+	for i+1 < end && keys[i+1] <= x {
+		i++
+	}
+	return i
+}
+
+// findSampledWide is findSampled over wide starts, each two words (upper
+// half, lower half): one start per cache line first, then those between.
+func findSampledWide(words []uint64, x u128.U128) int {
+	n := len(words) / 2
+	atMost := func(i int) bool { // start i <= x
+		h := words[2*i]
+		return h < x.Hi || (h == x.Hi && words[2*i+1] <= x.Lo)
+	}
+	const stride = sampleStride / 2
+	c := 0
+	for k := 0; k < n; k += stride {
+		if atMost(k) {
+			c++
+		}
+	}
+	if c == 0 {
+		return -1
+	}
+	i := (c - 1) * stride
+	end := min(i+stride, n)
+	for i+1 < end && atMost(i+1) {
+		i++
+	}
+	return i
 }
 
 // open shifts runs [j, n) up by k, leaving k slots at j to be set.

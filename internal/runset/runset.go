@@ -106,19 +106,28 @@ type cursor struct {
 	i     int // run index in lf; -1 when the position precedes the leaf's first run
 }
 
+// innerStride is the distance between the keys inner.find reads first: 4
+// keys of 16 bytes, one cache line.
+const innerStride = 4
+
 // find returns the index of the last key in keys[1:n] that is <= x, or 0.
 // keys[0] is not compared: child 0 also takes values below the node's minimum.
+// As findSampled does for leaves, it reads one key per cache line first,
+// with loads independent of each other, then the few keys between two of
+// them.
 func (n *inner) find(x u128.U128) int {
-	lo, hi := 1, n.n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if x.Less(n.keys[m]) {
-			hi = m
-		} else {
-			lo = m + 1
+	c := 0 // sampled keys <= x, which come first
+	for k := innerStride; k < n.n; k += innerStride {
+		if !x.Less(n.keys[k]) {
+			c++
 		}
 	}
-	return lo - 1
+	i := c * innerStride // 0, or a key <= x
+	end := min(i+innerStride, n.n)
+	for i+1 < end && !x.Less(n.keys[i+1]) {
+		i++
+	}
+	return i
 }
 
 func (n *inner) insertChild(j int, key u128.U128, kid *inner, lf *leaf) {

@@ -908,3 +908,78 @@ func TestRandomFill(t *testing.T) {
 		}
 	}
 }
+
+// The sampled searches of leaves and inner nodes agree with a plain search
+// for the last key <= x, at every node size up to the real capacities.
+func TestSampledSearchesAgree(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, innerCap).Draw(rt, "n")
+		base := rapid.Uint64Range(0, 1<<20).Draw(rt, "base")
+		keys := make([]uint64, n)
+		for i := range keys {
+			base += rapid.Uint64Range(1, 4).Draw(rt, "gap")
+			keys[i] = base
+		}
+		x := rapid.Uint64Range(0, base+5).Draw(rt, "x")
+		want := -1
+		for i, k := range keys {
+			if k <= x {
+				want = i
+			}
+		}
+		if got := findSampled(keys, x); got != want {
+			rt.Fatalf("findSampled(%v, %d) = %d, want %d", keys, x, got, want)
+		}
+		var in inner
+		in.n = n
+		for i, k := range keys {
+			in.keys[i] = u128.U128{Hi: 7, Lo: k}
+		}
+		wantInner := max(want, 0)
+		if got := in.find(u128.U128{Hi: 7, Lo: x}); got != wantInner {
+			rt.Fatalf("inner.find(%d) over %v = %d, want %d", x, keys, got, wantInner)
+		}
+	})
+	// Wide starts: pairs of words, several upper halves.
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, wideCap).Draw(rt, "n")
+		words := make([]uint64, 0, 2*n)
+		var starts []u128.U128
+		cur := u128.U128{Hi: 5, Lo: ^uint64(0) - 8}
+		for range n {
+			cur = cur.Add64(rapid.Uint64Range(1, 4).Draw(rt, "gap"))
+			starts = append(starts, cur)
+			words = append(words, cur.Hi, cur.Lo)
+		}
+		x := u128.U128{Hi: 5, Lo: ^uint64(0) - 10}.Add64(rapid.Uint64Range(0, uint64(4*n+4)).Draw(rt, "x"))
+		want := -1
+		for i, st := range starts {
+			if !x.Less(st) {
+				want = i
+			}
+		}
+		if got := findSampledWide(words, x); got != want {
+			rt.Fatalf("findSampledWide(%v, %v) = %d, want %d", starts, x, got, want)
+		}
+	})
+	// Compact leaves hold up to compactCap keys.
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, compactCap).Draw(rt, "n")
+		keys := make([]uint64, n)
+		v := uint64(0)
+		for i := range keys {
+			v += rapid.Uint64Range(1, 3).Draw(rt, "gap")
+			keys[i] = v
+		}
+		x := rapid.Uint64Range(0, v+3).Draw(rt, "x")
+		want := -1
+		for i, k := range keys {
+			if k <= x {
+				want = i
+			}
+		}
+		if got := findSampled(keys, x); got != want {
+			rt.Fatalf("findSampled(%v, %d) = %d, want %d", keys, x, got, want)
+		}
+	})
+}
