@@ -711,10 +711,16 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 		if err != nil {
 			return err
 		}
-	} else if _, err := a.st.DeleteAddress(ctx, addr); err != nil {
+		// The index applied the deletion before the lock was let go.
+		a.released(ctx, addr, 0)
+		return nil
+	}
+	_, deleted, err := a.st.DeleteAddress(ctx, addr)
+	if err != nil {
 		return err
 	}
-	return a.released(ctx, addr)
+	a.released(ctx, addr, deleted)
+	return nil
 }
 
 // ReleaseAt frees addr only if its record's revision is still rev: for a
@@ -725,16 +731,28 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return err
 	}
-	if _, err := a.st.DeleteAddressAt(ctx, addr, rev); err != nil {
+	_, deleted, err := a.st.DeleteAddressAt(ctx, addr, rev)
+	if err != nil {
 		return err
 	}
-	return a.released(ctx, addr)
+	a.released(ctx, addr, deleted)
+	return nil
 }
 
-// released re-checks the Terminating CIDRs that contained addr, just freed.
-func (a *Allocator) released(ctx context.Context, addr netip.Addr) error {
+// released re-checks the Terminating CIDRs that contained addr, freed in
+// the store at revision deleted. The index must have applied that deletion
+// first: a store that tells watchers later (etcd) would otherwise still
+// show addr in use, and the CIDR would stay until something else changed.
+// Failures are logged, not returned: the address is free either way, and
+// the background reconciler removes the CIDR once the watch shows the
+// release.
+func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64) {
 	if a.dyingCount.Load() == 0 {
-		return nil
+		return
+	}
+	if err := a.WaitRevision(ctx, deleted); err != nil {
+		a.cfg.logger.Warn("waiting for the index to apply a release", "addr", addr, "err", err)
+		return
 	}
 	var dying []string
 	a.mu.Lock()
@@ -752,7 +770,6 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr) error {
 			a.cfg.logger.Warn("re-checking terminating CIDR", "cidr", name, "err", err)
 		}
 	}
-	return nil
 }
 
 // Get returns the record of addr from the store.

@@ -102,12 +102,15 @@ type Store interface {
 	// Revision set (one revision for the whole batch); it may set them in
 	// recs itself and return it.
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
-	// DeleteAddress removes the record of addr and returns it.
-	DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
+	// DeleteAddress removes the record of addr. It returns the record as
+	// it was and the revision of the deletion, which a caller waits for
+	// before it trusts a watched view to show the address free.
+	DeleteAddress(ctx context.Context, addr netip.Addr) (rec ipaddress.IPAddress, deleted int64, err error)
 	// DeleteAddressAt removes the record of addr only if its revision is
 	// still rev, for a caller that decided on the record it read (repair):
 	// ErrConflict if it was replaced since, ErrNotFound if it is gone.
-	DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error)
+	// Its results are DeleteAddress's.
+	DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (rec ipaddress.IPAddress, deleted int64, err error)
 	// GetAddress returns the record of addr.
 	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
 	// AddressesOf returns the records held by owner, through an index.

@@ -493,27 +493,29 @@ func getAddress(tx *bbolt.Tx, a netip.Addr, key []byte) (ipaddress.IPAddress, bo
 }
 
 // DeleteAddress implements store.Store.
-func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, int64, error) {
 	return s.deleteAddress(ctx, addr, 0)
 }
 
 // DeleteAddressAt implements store.Store.
-func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
 	return s.deleteAddress(ctx, addr, rev)
 }
 
 // deleteAddress removes the record of addr if its revision is want, or
 // whatever its revision with want 0 (revisions start at 1).
-func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64) (ipaddress.IPAddress, error) {
+func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64) (ipaddress.IPAddress, int64, error) {
 	if checkAddr(addr) != nil {
 		if err := ctx.Err(); err != nil {
-			return ipaddress.IPAddress{}, err
+			return ipaddress.IPAddress{}, 0, err
 		}
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	key := appendAddrKey(nil, addr)
 	var rec ipaddress.IPAddress
+	var deleted int64
 	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		deleted = rev
 		var ok bool
 		var err error
 		rec, ok, err = getAddress(tx, addr, key)
@@ -534,9 +536,9 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64) 
 		return []store.Event{{Kind: store.AddressDeleted, Revision: rev, Address: rec}}, nil
 	})
 	if err != nil {
-		return ipaddress.IPAddress{}, err
+		return ipaddress.IPAddress{}, 0, err
 	}
-	return rec, nil
+	return rec, deleted, nil
 }
 
 // GetAddress implements store.Store.

@@ -114,7 +114,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 	recs = append(recs, batch...)
 	gone := create(t, st, "10.96.0.3", svc("default", "gone"))
-	if _, err := st.DeleteAddress(ctx, gone.Addr); err != nil {
+	if _, _, err := st.DeleteAddress(ctx, gone.Addr); err != nil {
 		t.Fatal(err)
 	}
 	rev, err := st.Revision(ctx)
@@ -297,7 +297,7 @@ func TestCorruptValues(t *testing.T) {
 		wantCorrupt(t, "ListAddresses", err, "addrs", "10.0.0.7")
 		_, err = st.AddressesOf(ctx, svc("default", "a"))
 		wantCorrupt(t, "AddressesOf", err, "addrs", "10.0.0.7")
-		_, err = st.DeleteAddress(ctx, ip("10.0.0.7"))
+		_, _, err = st.DeleteAddress(ctx, ip("10.0.0.7"))
 		wantCorrupt(t, "DeleteAddress", err, "addrs", "10.0.0.7")
 		_, err = st.GetCIDR(ctx, "bad")
 		wantCorrupt(t, "GetCIDR", err, "cidrs", `"bad"`)
@@ -386,7 +386,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	calls["DeleteCIDR"] = st.DeleteCIDR(ctx, "x", 1)
 	_, calls["GetCIDR"] = st.GetCIDR(ctx, "x")
 	_, calls["CreateAddresses"] = st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.1"), Parent: svc("a", "b")}})
-	_, calls["DeleteAddress"] = st.DeleteAddress(ctx, ip("10.0.0.1"))
+	_, _, calls["DeleteAddress"] = st.DeleteAddress(ctx, ip("10.0.0.1"))
 	_, calls["GetAddress"] = st.GetAddress(ctx, ip("10.0.0.1"))
 	_, calls["AddressesOf"] = st.AddressesOf(ctx, svc("a", "b"))
 	_, calls["ListAddresses"] = st.ListAddresses(ctx)
@@ -458,7 +458,7 @@ func TestUnstorableInput(t *testing.T) {
 	if _, err := st.GetAddress(ctx, netip.Addr{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetAddress(zero): %v", err)
 	}
-	if _, err := st.DeleteAddress(ctx, netip.Addr{}); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := st.DeleteAddress(ctx, netip.Addr{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DeleteAddress(zero): %v", err)
 	}
 	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "x", Prefixes: []netip.Prefix{{}}}); err == nil {

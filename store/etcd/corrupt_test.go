@@ -46,7 +46,7 @@ func TestCorruptValues(t *testing.T) {
 	checkCorrupt(t, err, cidrKey)
 	_, err = s.GetAddress(ctx, badAddr)
 	checkCorrupt(t, err, addrKey)
-	_, err = s.DeleteAddress(ctx, badAddr)
+	_, _, err = s.DeleteAddress(ctx, badAddr)
 	checkCorrupt(t, err, addrKey)
 	_, err = s.ListAddresses(ctx)
 	checkCorrupt(t, err, addrKey)

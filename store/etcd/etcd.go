@@ -578,45 +578,45 @@ func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, o
 // DeleteAddress implements store.Store. It reads the record, then deletes its
 // key in a transaction fenced on the record's revision, with the owner key of
 // a layout-1 record.
-func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, int64, error) {
 	return s.deleteAddress(ctx, addr, 0)
 }
 
 // DeleteAddressAt deletes the record of addr as DeleteAddress does, but only
 // if its revision is still rev: store.ErrConflict if the address was
 // released and taken again since, store.ErrNotFound if it is gone.
-func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
 	if rev <= 0 {
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d: %w", addr, rev, store.ErrConflict)
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d: %w", addr, rev, store.ErrConflict)
 	}
 	return s.deleteAddress(ctx, addr, rev)
 }
 
 // deleteAddress deletes the record of addr, if rev is not 0 only the record
 // created at rev.
-func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
 	if err := s.check(ctx); err != nil {
-		return ipaddress.IPAddress{}, err
+		return ipaddress.IPAddress{}, 0, err
 	}
 	if !addr.IsValid() {
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	key := s.addrKey(addr)
 	for {
 		resp, err := s.cli.Get(ctx, key)
 		if err != nil {
-			return ipaddress.IPAddress{}, wrap("delete address", err)
+			return ipaddress.IPAddress{}, 0, wrap("delete address", err)
 		}
 		if len(resp.Kvs) == 0 {
-			return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 		}
 		kv := resp.Kvs[0]
 		if rev != 0 && kv.CreateRevision != rev {
-			return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", addr, kv.CreateRevision, rev, store.ErrConflict)
+			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d, not %d: %w", addr, kv.CreateRevision, rev, store.ErrConflict)
 		}
 		rec, version, err := recordVersionFromKV(key, addr, kv.Value, kv.CreateRevision)
 		if err != nil {
-			return ipaddress.IPAddress{}, err
+			return ipaddress.IPAddress{}, 0, err
 		}
 		dels := []clientv3.Op{clientv3.OpDelete(key)}
 		if version == legacyRecordVersion {
@@ -627,10 +627,10 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (
 			Then(dels...).
 			Commit()
 		if err != nil {
-			return ipaddress.IPAddress{}, wrap("delete address", err)
+			return ipaddress.IPAddress{}, 0, wrap("delete address", err)
 		}
 		if tx.Succeeded {
-			return rec, nil
+			return rec, tx.Header.Revision, nil
 		}
 		// Changed since the read (released, and maybe taken again): look
 		// again.

@@ -73,7 +73,7 @@ func TestAddressesOfReadsOtherClientsWrites(t *testing.T) {
 			t.Fatalf("AddressesOf(%v) right after %s was created on another client: %v", o, v4(i), got)
 		}
 		if i%4 == 0 {
-			if _, err := a.DeleteAddress(ctx, v4(i)); err != nil {
+			if _, _, err := a.DeleteAddress(ctx, v4(i)); err != nil {
 				t.Fatal(err)
 			}
 			if got := addrsOf(t, ctx, b, o); slices.Contains(got, v4(i)) {
@@ -146,7 +146,7 @@ func TestOwnerIndexRelistsAfterCompaction(t *testing.T) {
 		mustCreate(t, ctx, s, v4(i))
 	}
 	for i := 1; i <= 5; i++ {
-		if _, err := s.DeleteAddress(ctx, v4(i)); err != nil {
+		if _, _, err := s.DeleteAddress(ctx, v4(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +210,7 @@ func TestLayout1Records(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range append(old, v4(2)) {
-		if _, err := s.DeleteAddress(ctx, a); err != nil {
+		if _, _, err := s.DeleteAddress(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}

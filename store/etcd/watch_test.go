@@ -76,7 +76,7 @@ func TestWatchRelistsAfterCompaction(t *testing.T) {
 		mustCreate(t, ctx, s, v4(i))
 	}
 	for i := 1; i <= 5; i++ {
-		if _, err := s.DeleteAddress(ctx, v4(i)); err != nil {
+		if _, _, err := s.DeleteAddress(ctx, v4(i)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -31,7 +31,7 @@ func BenchmarkCreateDelete(b *testing.B) {
 		if _, err := st.CreateAddresses(ctx, recs); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := st.DeleteAddress(ctx, recs[0].Addr); err != nil {
+		if _, _, err := st.DeleteAddress(ctx, recs[0].Addr); err != nil {
 			b.Fatal(err)
 		}
 	}

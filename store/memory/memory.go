@@ -286,18 +286,18 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 }
 
 // DeleteAddress implements store.Store.
-func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, int64, error) {
 	if err := s.lock(ctx); err != nil {
-		return ipaddress.IPAddress{}, err
+		return ipaddress.IPAddress{}, 0, err
 	}
 	defer s.mu.Unlock()
 	rec, ok := s.addrs.delete(addr)
 	if !ok {
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	s.rev++
 	s.notifyAddress(store.AddressDeleted, &rec)
-	return rec, nil
+	return rec, s.rev, nil
 }
 
 // DeleteAddressLocked implements store.Locked. Its event carries the
@@ -316,22 +316,22 @@ func (s *Store) DeleteAddressLocked(addr netip.Addr) error {
 }
 
 // DeleteAddressAt implements store.Store.
-func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, error) {
+func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
 	if err := s.lock(ctx); err != nil {
-		return ipaddress.IPAddress{}, err
+		return ipaddress.IPAddress{}, 0, err
 	}
 	defer s.mu.Unlock()
 	cur, ok := s.addrs.get(addr)
 	if !ok {
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	if cur.Revision != rev {
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", addr, cur.Revision, rev, store.ErrConflict)
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d, not %d: %w", addr, cur.Revision, rev, store.ErrConflict)
 	}
 	rec, _ := s.addrs.delete(addr)
 	s.rev++
 	s.notifyAddress(store.AddressDeleted, &rec)
-	return rec, nil
+	return rec, s.rev, nil
 }
 
 // GetAddress implements store.Store.

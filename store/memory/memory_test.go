@@ -55,7 +55,7 @@ func TestAddressWatcher(t *testing.T) {
 	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: owner}, {Addr: b, Parent: owner}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.DeleteAddress(ctx, a); err != nil {
+	if _, _, err := st.DeleteAddress(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	st.Mutex().Lock()

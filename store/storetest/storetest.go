@@ -199,14 +199,14 @@ func testAddressLifecycle(t *testing.T, s store.Store) {
 	if !errors.As(err, &ex) || ex.Addr != ip("2001:db8::ffff:1") || !errors.Is(err, store.ErrExists) {
 		t.Fatalf("second create: %v, want *AddressExistsError", err)
 	}
-	del, err := s.DeleteAddress(ctx, ip("2001:db8::ffff:1"))
-	if err != nil || del.Parent != ref {
-		t.Fatalf("DeleteAddress = %+v, %v", del, err)
+	del, deleted, err := s.DeleteAddress(ctx, ip("2001:db8::ffff:1"))
+	if err != nil || del.Parent != ref || del.Revision != r.Revision || deleted <= r.Revision {
+		t.Fatalf("DeleteAddress = %+v, deleted at %d, %v; want %+v deleted after its revision", del, deleted, err, r)
 	}
 	if _, err := s.GetAddress(ctx, ip("2001:db8::ffff:1")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetAddress after delete: %v", err)
 	}
-	if _, err := s.DeleteAddress(ctx, ip("2001:db8::ffff:1")); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.DeleteAddress(ctx, ip("2001:db8::ffff:1")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
 	}
 	// IPv4 and IPv6 addresses with the same low bits are different records.
@@ -221,22 +221,22 @@ func testAddressLifecycle(t *testing.T, s store.Store) {
 func testAddressDeleteAt(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	old := mustAddr(t, s, "10.0.0.7", "first")
-	if _, err := s.DeleteAddress(ctx, old.Addr); err != nil {
+	if _, _, err := s.DeleteAddress(ctx, old.Addr); err != nil {
 		t.Fatal(err)
 	}
 	cur := mustAddr(t, s, "10.0.0.7", "second")
 	// A decision taken on the first record must not remove the second.
-	if _, err := s.DeleteAddressAt(ctx, old.Addr, old.Revision); !errors.Is(err, store.ErrConflict) {
+	if _, _, err := s.DeleteAddressAt(ctx, old.Addr, old.Revision); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("DeleteAddressAt with a stale revision: %v, want ErrConflict", err)
 	}
 	if got, err := s.GetAddress(ctx, cur.Addr); err != nil || got.Parent != cur.Parent {
 		t.Fatalf("after a refused DeleteAddressAt: %+v, %v; want the record of %q", got, err, cur.Parent.Name)
 	}
-	del, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision)
-	if err != nil || del.Parent != cur.Parent || del.Revision != cur.Revision {
-		t.Fatalf("DeleteAddressAt = %+v, %v; want %+v", del, err, cur)
+	del, deleted, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision)
+	if err != nil || del.Parent != cur.Parent || del.Revision != cur.Revision || deleted <= cur.Revision {
+		t.Fatalf("DeleteAddressAt = %+v, deleted at %d, %v; want %+v deleted after its revision", del, deleted, err, cur)
 	}
-	if _, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DeleteAddressAt of a gone record: %v, want ErrNotFound", err)
 	}
 	if recs, err := s.AddressesOf(ctx, cur.Parent); err != nil || len(recs) != 0 {
@@ -343,7 +343,7 @@ func testOwnerIndex(t *testing.T, s store.Store) {
 	if got := addrsOf("a"); !slices.Equal(got, []netip.Addr{ip("10.0.0.1"), ip("fd00::1")}) {
 		t.Fatalf("AddressesOf(a) = %v", got)
 	}
-	if _, err := s.DeleteAddress(ctx, ip("10.0.0.1")); err != nil {
+	if _, _, err := s.DeleteAddress(ctx, ip("10.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	if got := addrsOf("a"); !slices.Equal(got, []netip.Addr{ip("fd00::1")}) {
@@ -444,7 +444,8 @@ func testWatch(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DeleteAddress(ctx, ip("fd00::1")); err != nil {
+	_, deleted, err := s.DeleteAddress(ctx, ip("fd00::1"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteCIDR(ctx, "after", c2.Revision); err != nil {
@@ -469,7 +470,8 @@ func testWatch(t *testing.T, s store.Store) {
 	if !evs[2].CIDR.Terminating || evs[2].CIDR.Revision != c2.Revision {
 		t.Fatalf("update event %+v", evs[2])
 	}
-	if evs[3].Address.Addr != ip("fd00::1") || evs[4].CIDR.Name != "after" {
+	// A caller waits for a deletion's revision to see it in its view.
+	if evs[3].Address.Addr != ip("fd00::1") || evs[3].Revision != deleted || evs[4].CIDR.Name != "after" {
 		t.Fatalf("delete events %+v", evs[3:])
 	}
 }
