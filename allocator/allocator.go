@@ -97,6 +97,10 @@ type Allocator struct {
 	// creates in one critical section.
 	mu     *sync.Mutex
 	locked store.Locked // st, when it shares its lock; else nil
+	// self is the watcher New registered with st. Over a locked store, the
+	// single-address paths apply their own writes to the index and have
+	// the store skip it.
+	self store.Watcher
 	// dyingCount mirrors dying for Release, which reads it without mu.
 	dyingCount atomic.Int32
 	// full says, per family, that every live pool is known full (see
@@ -211,7 +215,8 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	wctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	stop := context.AfterFunc(ctx, cancel)
-	err := st.Watch(wctx, watcher{a})
+	a.self = watcher{a}
+	err := st.Watch(wctx, a.self)
 	if !stop() && err == nil {
 		err = ctx.Err() // ctx ended: the watch was canceled
 	}
@@ -239,6 +244,11 @@ func (a *Allocator) Store() store.Store { return a.st }
 // AllocateNext allocates a free address of family f to owner, from a live
 // CIDR chosen by the Policy, in its upper band first (KEP-3070).
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if a.locked != nil && a.cfg.observer == nil {
+		if rec, done, err := a.allocateNextLocked(ctx, f, owner); done {
+			return rec, err
+		}
+	}
 	var out results
 	err := a.allocate(ctx, owner, []request{{family: f}}, false, &out)
 	return out[0], err
@@ -268,6 +278,37 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 	var out results
 	err = a.allocate(ctx, owner, reqs, false, &out)
 	return out[0], out[1], err
+}
+
+// allocateNextLocked is AllocateNext over a store.Locked store with no
+// observer, the common embedded case: one choice and one record, with
+// neither request nor result slices, and the index updated here rather
+// than through the watch. Under the store's lock the index is exact, so the
+// store refuses the choice only if something is amiss; done is then false
+// and the general path, which retries and reports, takes over.
+func (a *Allocator) allocateNextLocked(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (rec ipaddress.IPAddress, done bool, err error) {
+	if err := owner.Validate(); err != nil {
+		return rec, true, err
+	}
+	if fam, ok := famOf(f); ok && a.full[fam].Load() {
+		return rec, true, ErrFull
+	}
+	if err := ctx.Err(); err != nil {
+		return rec, true, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.chooseNextLocked(f, nil)
+	if err != nil {
+		return rec, true, err
+	}
+	rev, created, err := a.locked.CreateAddressLocked(c.addr, owner, c.fence, a.self)
+	if err != nil {
+		return rec, false, nil
+	}
+	a.addressChangedLocked(store.AddressPut, c.addr)
+	a.advanceLocked(rev)
+	return ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}, true, nil
 }
 
 // request is one address of an allocation: addr for static, else family.
@@ -706,7 +747,11 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 			return err
 		}
 		a.mu.Lock()
-		err := a.locked.DeleteAddressLocked(addr)
+		rev, err := a.locked.DeleteAddressLocked(addr, a.self)
+		if err == nil {
+			a.addressChangedLocked(store.AddressDeleted, addr)
+			a.advanceLocked(rev)
+		}
 		a.mu.Unlock()
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -144,9 +145,16 @@ type Locked interface {
 	// CreateAddressesLocked is CreateAddresses for a caller holding Mutex.
 	// It sets Created and Revision in recs itself and returns recs.
 	CreateAddressesLocked(recs []ipaddress.IPAddress, fences []Fence) ([]ipaddress.IPAddress, error)
+	// CreateAddressLocked stores one record, as CreateAddressesLocked
+	// would, for a caller that keeps an index of the store under the same
+	// lock: the watcher self, the caller's own (nil for none), is not told
+	// of the write, and the caller applies it to its index itself. It
+	// returns the record's revision and creation time.
+	CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence Fence, self Watcher) (rev int64, created time.Time, err error)
 	// DeleteAddressLocked is DeleteAddress for a caller holding Mutex that
-	// does not want the record back.
-	DeleteAddressLocked(addr netip.Addr) error
+	// does not want the record back; self is as for CreateAddressLocked.
+	// It returns the revision of the deletion.
+	DeleteAddressLocked(addr netip.Addr, self Watcher) (deleted int64, err error)
 }
 
 // Snapshot is the whole state of a store at one revision.

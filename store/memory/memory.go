@@ -122,12 +122,12 @@ func (s *Store) notify(e store.Event) {
 	}
 }
 
-// notifyAddress tells the watchers that rec was put or deleted at the
-// current revision; an Event is built only for those that want one.
-func (s *Store) notifyAddress(kind store.EventKind, rec *ipaddress.IPAddress) {
+// notifyAddress tells the watchers but self that rec was put or deleted at
+// the current revision; an Event is built only for those that want one.
+func (s *Store) notifyAddress(kind store.EventKind, rec *ipaddress.IPAddress, self store.Watcher) {
 	for _, w := range s.watchers {
 		switch {
-		case w.ctx.Err() != nil:
+		case w.ctx.Err() != nil, self != nil && w.w == self:
 		case w.addr != nil:
 			w.addr.AddressChanged(kind, rec.Addr, s.rev)
 		default:
@@ -266,6 +266,20 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 	}
 	s.rev++
 	now := s.unix()
+	s.touch(fences)
+	for i := range recs {
+		r := &recs[i]
+		r.Created, r.Revision = time.Unix(now, 0), s.rev
+		s.addrs.put(r.Addr, r.Parent, now, s.rev)
+		s.notifyAddress(store.AddressPut, r, nil)
+	}
+	// recs is the caller's: its elements are set in place rather than
+	// copied, which saves an allocation on the hot path.
+	return recs, nil
+}
+
+// touch gives the CIDR of every touching fence the current revision.
+func (s *Store) touch(fences []store.Fence) {
 	for _, f := range fences {
 		if f.Touch {
 			c := s.cidrs[f.CIDR]
@@ -274,15 +288,30 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 			s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
 		}
 	}
-	for i := range recs {
-		r := &recs[i]
-		r.Created, r.Revision = time.Unix(now, 0), s.rev
-		s.addrs.put(r.Addr, r.Parent, now, s.rev)
-		s.notifyAddress(store.AddressPut, r)
+}
+
+// CreateAddressLocked implements store.Locked.
+func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error) {
+	if s.closed {
+		return 0, time.Time{}, store.ErrClosed
 	}
-	// recs is the caller's: its elements are set in place rather than
-	// copied, which saves an allocation on the hot path.
-	return recs, nil
+	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return 0, time.Time{}, err
+	}
+	if s.addrs.has(addr) {
+		return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
+	}
+	fences := [1]store.Fence{fence}
+	if err := s.checkFences(fences[:]); err != nil {
+		return 0, time.Time{}, err
+	}
+	s.rev++
+	now := s.unix()
+	s.touch(fences[:])
+	s.addrs.put(addr, owner, now, s.rev)
+	rec := ipaddress.IPAddress{Addr: addr, Parent: owner, Created: time.Unix(now, 0), Revision: s.rev}
+	s.notifyAddress(store.AddressPut, &rec, self)
+	return s.rev, rec.Created, nil
 }
 
 // DeleteAddress implements store.Store.
@@ -296,23 +325,23 @@ func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.I
 		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	s.rev++
-	s.notifyAddress(store.AddressDeleted, &rec)
+	s.notifyAddress(store.AddressDeleted, &rec, nil)
 	return rec, s.rev, nil
 }
 
 // DeleteAddressLocked implements store.Locked. Its event carries the
 // address only, as an AddressDeleted event may.
-func (s *Store) DeleteAddressLocked(addr netip.Addr) error {
+func (s *Store) DeleteAddressLocked(addr netip.Addr, self store.Watcher) (int64, error) {
 	if s.closed {
-		return store.ErrClosed
+		return 0, store.ErrClosed
 	}
 	if !s.addrs.remove(addr) {
-		return fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+		return 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	s.rev++
 	rec := ipaddress.IPAddress{Addr: addr}
-	s.notifyAddress(store.AddressDeleted, &rec)
-	return nil
+	s.notifyAddress(store.AddressDeleted, &rec, self)
+	return s.rev, nil
 }
 
 // DeleteAddressAt implements store.Store.
@@ -330,7 +359,7 @@ func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64)
 	}
 	rec, _ := s.addrs.delete(addr)
 	s.rev++
-	s.notifyAddress(store.AddressDeleted, &rec)
+	s.notifyAddress(store.AddressDeleted, &rec, nil)
 	return rec, s.rev, nil
 }
 

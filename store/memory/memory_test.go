@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -59,10 +60,25 @@ func TestAddressWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Mutex().Lock()
-	err := st.DeleteAddressLocked(b)
+	rev, err := st.DeleteAddressLocked(b, nil)
 	st.Mutex().Unlock()
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || rev != 4 {
+		t.Fatalf("DeleteAddressLocked = %d, %v; want revision 4", rev, err)
+	}
+	// The single-record writes skip the watcher named self, which applies
+	// them itself, and tell the others.
+	c := netip.MustParseAddr("10.0.0.2")
+	st.Mutex().Lock()
+	rev, created, err := st.CreateAddressLocked(c, owner, store.Fence{CIDR: "c", Revision: 1}, fast)
+	st.Mutex().Unlock()
+	if err != nil || rev != 5 || created.IsZero() {
+		t.Fatalf("CreateAddressLocked = %d, %v, %v; want revision 5", rev, created, err)
+	}
+	st.Mutex().Lock()
+	rev, err = st.DeleteAddressLocked(c, fast)
+	st.Mutex().Unlock()
+	if err != nil || rev != 6 {
+		t.Fatalf("DeleteAddressLocked = %d, %v; want revision 6", rev, err)
 	}
 	put, del := store.AddressPut, store.AddressDeleted
 	want := []string{
@@ -80,11 +96,72 @@ func TestAddressWatcher(t *testing.T) {
 		got = append(got, fmt.Sprint(e.Kind, " ", e.Address.Addr, " ", e.Revision))
 	}
 	want = append([]string{fmt.Sprint(store.CIDRPut, " invalid IP 1")}, want...)
+	want = append(want, fmt.Sprint(put, " ", c, " 5"), fmt.Sprint(del, " ", c, " 6"))
 	if !slices.Equal(got, want) {
 		t.Errorf("plain watcher got %q, want %q", got, want)
 	}
 	if e := plain.applied[1]; e.Address.Parent != owner || e.Address.Revision != 2 {
 		t.Errorf("plain watcher's AddressPut carries %+v, want the whole record", e.Address)
+	}
+	if e := plain.applied[5]; e.Address.Parent != owner || !e.Address.Created.Equal(created) {
+		t.Errorf("plain watcher's AddressPut from CreateAddressLocked carries %+v, want the whole record", e.Address)
+	}
+}
+
+// CreateAddressLocked refuses as CreateAddresses does, and a refusal
+// stores nothing and tells no one.
+func TestCreateAddressLockedRefusals(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	w := &addressWatcher{}
+	if err := st.Watch(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	cidr, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+	held := netip.MustParseAddr("10.0.0.1")
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: held, Parent: owner}}); err != nil {
+		t.Fatal(err)
+	}
+	fence := store.Fence{CIDR: cidr.Name, Revision: cidr.Revision}
+	stale := store.Fence{CIDR: cidr.Name, Revision: cidr.Revision - 1}
+	free := netip.MustParseAddr("10.0.0.2")
+	var exists *store.AddressExistsError
+	var fenced *store.FencedError
+	for _, tc := range []struct {
+		name  string
+		addr  netip.Addr
+		fence store.Fence
+		ok    func(error) bool
+	}{
+		{"held", held, fence, func(err error) bool { return errors.As(err, &exists) && exists.Addr == held }},
+		{"stale fence", free, stale, func(err error) bool { return errors.As(err, &fenced) && fenced.Fence == stale }},
+		{"unstorable", netip.MustParseAddr("::ffff:10.0.0.3"), fence, func(err error) bool { return errors.Is(err, ipaddress.ErrInvalid) }},
+	} {
+		st.Mutex().Lock()
+		_, _, err := st.CreateAddressLocked(tc.addr, owner, tc.fence, nil)
+		st.Mutex().Unlock()
+		if !tc.ok(err) {
+			t.Errorf("%s: CreateAddressLocked(%s) = %v", tc.name, tc.addr, err)
+		}
+	}
+	if _, err := st.GetAddress(ctx, free); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a refused create stored %s: %v", free, err)
+	}
+	if len(w.changes) != 1 {
+		t.Errorf("watcher told %q, want the one successful create", w.changes)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st.Mutex().Lock()
+	_, _, err = st.CreateAddressLocked(free, owner, fence, nil)
+	st.Mutex().Unlock()
+	if !errors.Is(err, store.ErrClosed) {
+		t.Errorf("CreateAddressLocked after Close = %v, want ErrClosed", err)
 	}
 }
 
