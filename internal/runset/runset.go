@@ -88,6 +88,20 @@ type Set struct {
 	runs   int       // number of runs
 	n      u128.U128 // number of values, modulo 2^128
 	gen    uint64    // bumped by every mutation, so Ranges notices them
+
+	// finger is the path of the last descent (depth, path and lf; not i).
+	// A descent for a value in [fingerLo, fingerHi], the bounds that the
+	// separators passed on the way down put on that leaf, reuses it instead
+	// of reading the inner nodes again, while fingerGen == gen and lf is not
+	// nil. An allocator adds the value NextFree just found and soon removes
+	// it again, and both land in the leaf NextFree visited: in a tree too
+	// large for the cache, that saves two of the three descents. A mutation
+	// keeps the finger only if it changed runs of the finger's leaf without
+	// changing its first one (see keepFinger): the path and bounds then
+	// still hold.
+	finger             cursor
+	fingerGen          uint64
+	fingerLo, fingerHi u128.U128
 }
 
 // frame is one step of a descent: node and the index of the child taken.
@@ -163,30 +177,60 @@ func (s *Set) locate(x u128.U128) (*leaf, int) {
 	if s.height == 0 {
 		return s.leaf, s.leaf.find(x)
 	}
-	n := s.root
-	for !n.leafKids {
-		n = n.kids[n.find(x)]
-	}
-	l := n.leaves[n.find(x)]
+	l := s.descend(x)
 	return l, l.find(x)
+}
+
+// descend returns the leaf a descent for x reaches, with its path in
+// s.finger: the finger's own when x is within its bounds, else a new one.
+// The tree must have inner nodes.
+func (s *Set) descend(x u128.U128) *leaf {
+	f := &s.finger
+	if f.lf != nil && s.fingerGen == s.gen && !x.Less(s.fingerLo) && !s.fingerHi.Less(x) {
+		return f.lf
+	}
+	// The bounds the deepest separators put on x are the tightest: a
+	// subtree's keys lie between its parent's keys for it and the next.
+	lo, hi := u128.U128{}, u128.Max
+	n := s.root
+	for d := 0; ; d++ {
+		i := n.find(x)
+		f.path[d] = frame{n, i}
+		if i > 0 {
+			lo = n.keys[i]
+		}
+		if i+1 < n.n {
+			hi = n.keys[i+1].Dec()
+		}
+		if n.leafKids {
+			f.depth, f.lf = d+1, n.leaves[i]
+			break
+		}
+		n = n.kids[i]
+	}
+	s.fingerLo, s.fingerHi, s.fingerGen = lo, hi, s.gen
+	return f.lf
+}
+
+// keepFinger ends a mutation that used c: the finger stays valid if c is
+// at the finger's leaf and the mutation was simple (it changed runs of
+// that leaf only, and not its first run's start, so no separator moved),
+// and is dropped otherwise.
+func (s *Set) keepFinger(c *cursor, simple bool) {
+	if simple && c.lf == s.finger.lf {
+		s.fingerGen = s.gen
+	} else {
+		s.finger.lf = nil
+	}
 }
 
 // seek positions c like locate, recording the path.
 func (c *cursor) seek(s *Set, x u128.U128) {
-	c.depth = s.height
 	if s.height == 0 {
-		c.lf = s.leaf
+		c.depth, c.lf = 0, s.leaf
 	} else {
-		n := s.root
-		for d := 0; ; d++ {
-			i := n.find(x)
-			c.path[d] = frame{n, i}
-			if n.leafKids {
-				c.lf = n.leaves[i]
-				break
-			}
-			n = n.kids[i]
-		}
+		s.descend(x)
+		c.copyFrom(&s.finger)
 	}
 	c.i = c.lf.find(x)
 }
@@ -251,14 +295,17 @@ func (c *cursor) fixMin(depth int, m u128.U128) {
 }
 
 // insertAt inserts run [start, end] at index j of c's leaf, moving runs to a
-// sibling leaf or splitting nodes upwards as needed. c is stale afterwards.
-func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) {
+// sibling leaf or splitting nodes upwards as needed. It reports whether the
+// leaf took the run as it was, in which case c still holds unless j is 0;
+// otherwise c is stale.
+func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) bool {
 	s.runs++
 	if l := c.lf; l.n < l.max() && l.fits(start, end) {
 		c.insert(j, start, end)
-		return
+		return true
 	}
 	s.insertSlow(c, j, start, end)
+	return false
 }
 
 // insert inserts [start, end] at index j of c's leaf, which must have room
@@ -621,9 +668,9 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 	if hi.Less(lo) {
 		return u128.U128{}
 	}
-	s.gen++
 	added := hi.Sub(lo).Inc()
 	if s.runs == 0 {
+		s.gen++
 		if s.leaf == nil {
 			s.leaf = new(leaf)
 		}
@@ -635,7 +682,8 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 	touches := func(start u128.U128) bool { return hi == u128.Max || !hi.Inc().Less(start) }
 
 	var c cursor
-	c.seek(s, lo)
+	c.seek(s, lo) // before the generation changes, so that it may use the finger
+	s.gen++
 	l, j := c.lf, c.i
 	if j < 0 || (!lo.IsZero() && l.end(j).Less(lo.Dec())) {
 		// The run before lo, if any, does not reach it: the first run to
@@ -650,11 +698,13 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 			}
 		}
 		if j == l.n || !touches(l.start(j)) {
-			s.insertAt(&c, j, lo, hi)
+			inPlace := s.insertAt(&c, j, lo, hi)
+			s.keepFinger(&c, inPlace && j > 0)
 			s.n = s.n.Add(added)
 			return added
 		}
 	}
+	simple := true // no leaf but l changed, and not l's first start
 	// Run j merges with [lo, hi]; grow it over every following run that
 	// does. Its new bounds are stored last, as they may not fit the leaf's
 	// form; until then the tree holds its old start, which finds it again.
@@ -688,6 +738,7 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		if m == 0 {
 			break
 		}
+		simple = false
 		s.runs -= m
 		if m < l2.n {
 			l2.cut(0, m)
@@ -701,14 +752,16 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		c.seek(s, start)
 		l, j = c.lf, c.i
 	}
-	s.setRun(&c, j, u128.Min(start, lo), end)
+	simple = s.setRun(&c, j, u128.Min(start, lo), end) && simple
+	s.keepFinger(&c, simple)
 	s.n = s.n.Add(added)
 	return added
 }
 
 // setRun grows run j of c's leaf to [start, end], which overlaps or touches
-// no other run. c is stale afterwards.
-func (s *Set) setRun(c *cursor, j int, start, end u128.U128) {
+// no other run. It reports whether that changed c's leaf only, and not the
+// start of its first run; otherwise c is stale.
+func (s *Set) setRun(c *cursor, j int, start, end u128.U128) bool {
 	l := c.lf
 	if !l.fits(start, end) {
 		if l.n > wideMax {
@@ -722,7 +775,7 @@ func (s *Set) setRun(c *cursor, j int, start, end u128.U128) {
 			s.runs--
 			c.seek(s, start)
 			s.insertAt(c, c.i+1, start, end)
-			return
+			return false
 		}
 		l.widen()
 	}
@@ -730,7 +783,9 @@ func (s *Set) setRun(c *cursor, j int, start, end u128.U128) {
 	l.set(j, start, end)
 	if j == 0 && start != old {
 		c.fixMin(c.depth, start)
+		return false
 	}
+	return true
 }
 
 // overlap returns the size of [a, b] ∩ [lo, hi], which must not be empty
@@ -768,12 +823,14 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 		removed = removed.Add(n)
 		s.n = s.n.Sub(n)
 		s.gen++
+		simple := i > 0 // changes to run 0 move the leaf's separator
 		switch {
 		case start == a && end == b:
 			l.cut(i, i+1)
 			s.runs--
 			if l.n == 0 {
 				s.removeLeaf(&c)
+				simple = false
 			} else if i == 0 {
 				c.fixMin(c.depth, l.start(0))
 			}
@@ -785,10 +842,12 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 			}
 		case end == b:
 			l.setEnd(i, a.Dec())
+			simple = true // the start stays
 		default:
 			l.setEnd(i, a.Dec())
-			s.insertAt(&c, i+1, b.Inc(), end)
+			simple = s.insertAt(&c, i+1, b.Inc(), end)
 		}
+		s.keepFinger(&c, simple)
 		if b == hi {
 			break
 		}
