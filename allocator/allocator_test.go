@@ -650,13 +650,24 @@ func errOf[T any](_ T, err error) error { return err }
 type unlockedStore struct{ store.Store }
 
 // Two allocators over one store behave like two apiservers over one etcd:
-// they never hand out the same address. One shares the memory store's lock,
-// the other takes the remote-store path.
+// they never hand out the same address, and each sees the other's. Both
+// share the memory store's lock (each applies its own writes, and the store
+// tells it of the other's), or one takes the remote-store path.
 func TestTwoAllocatorsOverOneStoreNeverCollide(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) { testTwoAllocators(t, remote) })
+	}
+}
+
+func testTwoAllocators(t *testing.T, remote bool) {
 	ctx := context.Background()
 	st := memory.New()
+	var second store.Store = st
+	if remote {
+		second = unlockedStore{st}
+	}
 	var as []*allocator.Allocator
-	for _, s := range []store.Store{st, unlockedStore{st}} {
+	for _, s := range []store.Store{st, second} {
 		a, err := allocator.New(ctx, s)
 		if err != nil {
 			t.Fatal(err)
