@@ -245,7 +245,7 @@ func (a *Allocator) Store() store.Store { return a.st }
 // CIDR chosen by the Policy, in its upper band first (KEP-3070).
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
 	if a.locked != nil && a.cfg.observer == nil {
-		if rec, done, err := a.allocateNextLocked(ctx, f, owner); done {
+		if rec, done, err := a.allocateOneLocked(ctx, owner, request{family: f}); done {
 			return rec, err
 		}
 	}
@@ -259,6 +259,11 @@ func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner 
 func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return ipaddress.IPAddress{}, err
+	}
+	if a.locked != nil && a.cfg.observer == nil {
+		if rec, done, err := a.allocateOneLocked(ctx, owner, request{addr: addr}); done {
+			return rec, err
+		}
 	}
 	var out results
 	err := a.allocate(ctx, owner, []request{{addr: addr}}, false, &out)
@@ -280,17 +285,18 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 	return out[0], out[1], err
 }
 
-// allocateNextLocked is AllocateNext over a store.Locked store with no
-// observer, the common embedded case: one choice and one record, with
-// neither request nor result slices, and the index updated here rather
-// than through the watch. Under the store's lock the index is exact, so the
-// store refuses the choice only if something is amiss; done is then false
-// and the general path, which retries and reports, takes over.
-func (a *Allocator) allocateNextLocked(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (rec ipaddress.IPAddress, done bool, err error) {
+// allocateOneLocked serves AllocateNext and Allocate over a store.Locked
+// store with no observer, the common embedded case: one choice and one
+// record, with neither request nor result slices, and the index updated
+// here rather than through the watch. Under the store's lock the index is
+// exact, so the store refuses the choice only if something is amiss, or a
+// static address is taken; done is then false and the general path, which
+// retries, maps the refusal and reports, takes over.
+func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.ParentRef, r request) (rec ipaddress.IPAddress, done bool, err error) {
 	if err := owner.Validate(); err != nil {
 		return rec, true, err
 	}
-	if fam, ok := famOf(f); ok && a.full[fam].Load() {
+	if a.knownFull(r) {
 		return rec, true, ErrFull
 	}
 	if err := ctx.Err(); err != nil {
@@ -298,7 +304,12 @@ func (a *Allocator) allocateNextLocked(ctx context.Context, f ipaddress.Family, 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c, err := a.chooseNextLocked(f, nil)
+	var c choice
+	if r.addr.IsValid() {
+		c, err = a.chooseStaticLocked(r.addr)
+	} else {
+		c, err = a.chooseNextLocked(r.family, nil)
+	}
 	if err != nil {
 		return rec, true, err
 	}
@@ -369,7 +380,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 	if err := owner.Validate(); err != nil {
 		return sources{}, err
 	}
-	if a.knownFull(reqs) && a.cfg.observer == nil {
+	if a.knownFull(reqs...) && a.cfg.observer == nil {
 		// The observer is told which CIDR the policy would have blamed,
 		// which takes mu; without one, a full range fails here.
 		return sources{}, ErrFull
@@ -634,7 +645,7 @@ func (l liveSource) full() choice {
 
 // knownFull reports, without mu, that some dynamic request of reqs is for
 // a family whose live pools are all known full.
-func (a *Allocator) knownFull(reqs []request) bool {
+func (a *Allocator) knownFull(reqs ...request) bool {
 	for _, r := range reqs {
 		if fam, ok := famOf(r.family); ok && !r.addr.IsValid() && a.full[fam].Load() {
 			return true
