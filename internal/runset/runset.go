@@ -80,7 +80,8 @@ type inner struct {
 //
 // The zero value is an empty set ready to use. A Set must not be copied after
 // first use (copies would share nodes); use Clone. It is not safe for
-// concurrent use: callers lock.
+// concurrent use, not even by readers only: a lookup records its path (the
+// finger below), so callers lock for reads too.
 type Set struct {
 	height int       // number of inner levels; 0 means the root is leaf
 	root   *inner    // root when height > 0
