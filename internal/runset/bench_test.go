@@ -58,6 +58,25 @@ func BenchmarkAddRemove(b *testing.B) {
 	}
 }
 
+// BenchmarkAddRemoveFirst is what a Sequential allocator does in a huge,
+// sparse range: find the lowest free value, below every run of 1M
+// scattered ones, add it as the set's new first run, remove it again.
+func BenchmarkAddRemoveFirst(b *testing.B) {
+	var s Set
+	vals := scattered(million, 1)
+	if err := s.Reset(vals); err != nil {
+		b.Fatal(err)
+	}
+	from := u128.U128{Hi: vals[0].Hi}
+	b.ReportAllocs()
+	for b.Loop() {
+		x, ok := s.NextFree(from, u128.Max)
+		if !ok || !s.Add(x) || !s.Remove(x) {
+			b.Fatal("lowest free value not added and removed")
+		}
+	}
+}
+
 // BenchmarkContains probes random values in a set of 1M scattered runs.
 func BenchmarkContains(b *testing.B) {
 	var s Set

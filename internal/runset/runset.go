@@ -97,12 +97,18 @@ type Set struct {
 	// nil. An allocator adds the value NextFree just found and soon removes
 	// it again, and both land in the leaf NextFree visited: in a tree too
 	// large for the cache, that saves two of the three descents. A mutation
-	// keeps the finger only if it changed runs of the finger's leaf without
-	// changing its first one (see keepFinger): the path and bounds then
-	// still hold.
+	// keeps the finger only if it changed runs of the finger's leaf alone
+	// (see keepFinger): the path then still holds, and so do the bounds,
+	// but for the lower one when the leaf's first start rose (see
+	// raiseFingerLo). fingerOpen says that no separator bounded the leaf
+	// from below: it is the leftmost of the tree, and takes every value
+	// below its first run, so that no change to that run moves its bounds.
+	// A Sequential allocator in a huge, sparse IPv6 range works there,
+	// adding and removing the first run of the set over and over.
 	finger             cursor
 	fingerGen          uint64
 	fingerLo, fingerHi u128.U128
+	fingerOpen         bool
 }
 
 // frame is one step of a descent: node and the index of the child taken.
@@ -192,13 +198,13 @@ func (s *Set) descend(x u128.U128) *leaf {
 	}
 	// The bounds the deepest separators put on x are the tightest: a
 	// subtree's keys lie between its parent's keys for it and the next.
-	lo, hi := u128.U128{}, u128.Max
+	lo, hi, open := u128.U128{}, u128.Max, true
 	n := s.root
 	for d := 0; ; d++ {
 		i := n.find(x)
 		f.path[d] = frame{n, i}
 		if i > 0 {
-			lo = n.keys[i]
+			lo, open = n.keys[i], false
 		}
 		if i+1 < n.n {
 			hi = n.keys[i+1].Dec()
@@ -209,19 +215,31 @@ func (s *Set) descend(x u128.U128) *leaf {
 		}
 		n = n.kids[i]
 	}
-	s.fingerLo, s.fingerHi, s.fingerGen = lo, hi, s.gen
+	s.fingerLo, s.fingerHi, s.fingerOpen, s.fingerGen = lo, hi, open, s.gen
 	return f.lf
 }
 
 // keepFinger ends a mutation that used c: the finger stays valid if c is
 // at the finger's leaf and the mutation was simple (it changed runs of
-// that leaf only, and not its first run's start, so no separator moved),
-// and is dropped otherwise.
+// that leaf only, and the separators above it only through fixMin, with
+// raiseFingerLo told of a rise), and is dropped otherwise.
+//
+// A first start falls only in the leftmost leaf, whose bounds are open: a
+// value below a bounded leaf's first start descends to the leaf before.
 func (s *Set) keepFinger(c *cursor, simple bool) {
 	if simple && c.lf == s.finger.lf {
 		s.fingerGen = s.gen
 	} else {
 		s.finger.lf = nil
+	}
+}
+
+// raiseFingerLo records that the first start of c's leaf rose to m, and
+// fixMin moved the separator above it: values below m now go to the leaf
+// before, unless none bounds the leaf from below.
+func (s *Set) raiseFingerLo(c *cursor, m u128.U128) {
+	if c.lf == s.finger.lf && !s.fingerOpen {
+		s.fingerLo = m
 	}
 }
 
@@ -297,8 +315,9 @@ func (c *cursor) fixMin(depth int, m u128.U128) {
 
 // insertAt inserts run [start, end] at index j of c's leaf, moving runs to a
 // sibling leaf or splitting nodes upwards as needed. It reports whether the
-// leaf took the run as it was, in which case c still holds unless j is 0;
-// otherwise c is stale.
+// leaf took the run as it was, in which case c's path still holds (at j = 0,
+// fixMin moved the separators above to the new first start); otherwise c is
+// stale.
 func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) bool {
 	s.runs++
 	if l := c.lf; l.n < l.max() && l.fits(start, end) {
@@ -699,8 +718,7 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 			}
 		}
 		if j == l.n || !touches(l.start(j)) {
-			inPlace := s.insertAt(&c, j, lo, hi)
-			s.keepFinger(&c, inPlace && j > 0)
+			s.keepFinger(&c, s.insertAt(&c, j, lo, hi))
 			s.n = s.n.Add(added)
 			return added
 		}
@@ -760,8 +778,8 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 }
 
 // setRun grows run j of c's leaf to [start, end], which overlaps or touches
-// no other run. It reports whether that changed c's leaf only, and not the
-// start of its first run; otherwise c is stale.
+// no other run. It reports whether that changed c's leaf only (and the
+// separators above it, if the first start fell); otherwise c is stale.
 func (s *Set) setRun(c *cursor, j int, start, end u128.U128) bool {
 	l := c.lf
 	if !l.fits(start, end) {
@@ -784,7 +802,6 @@ func (s *Set) setRun(c *cursor, j int, start, end u128.U128) bool {
 	l.set(j, start, end)
 	if j == 0 && start != old {
 		c.fixMin(c.depth, start)
-		return false
 	}
 	return true
 }
@@ -824,7 +841,7 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 		removed = removed.Add(n)
 		s.n = s.n.Sub(n)
 		s.gen++
-		simple := i > 0 // changes to run 0 move the leaf's separator
+		simple := true
 		switch {
 		case start == a && end == b:
 			l.cut(i, i+1)
@@ -834,16 +851,17 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 				simple = false
 			} else if i == 0 {
 				c.fixMin(c.depth, l.start(0))
+				s.raiseFingerLo(&c, l.start(0))
 			}
 		case start == a:
 			// Within the run: the bounds keep fitting the leaf's form.
 			l.setStart(i, b.Inc())
 			if i == 0 {
 				c.fixMin(c.depth, b.Inc())
+				s.raiseFingerLo(&c, b.Inc())
 			}
 		case end == b:
 			l.setEnd(i, a.Dec())
-			simple = true // the start stays
 		default:
 			l.setEnd(i, a.Dec())
 			simple = s.insertAt(&c, i+1, b.Inc(), end)

@@ -95,11 +95,66 @@ func (s *Set) check() error {
 			return err
 		}
 	}
+	if err := s.checkFinger(); err != nil {
+		return err
+	}
 	if runs != s.runs {
 		return fmt.Errorf("Runs()=%d, tree has %d", s.runs, runs)
 	}
 	if n != s.n {
 		return fmt.Errorf("Len()=%v, tree has %v", s.n, n)
+	}
+	return nil
+}
+
+// checkFinger validates a live finger against fresh descents: its path is
+// the one to its leaf, its bounds are exactly the values that reach that
+// leaf, and fingerOpen says whether nothing bounds the leaf from below.
+func (s *Set) checkFinger() error {
+	f := &s.finger
+	if s.height == 0 || f.lf == nil || s.fingerGen != s.gen {
+		return nil
+	}
+	route := func(x u128.U128) *leaf {
+		n := s.root
+		for {
+			i := n.find(x)
+			if n.leafKids {
+				return n.leaves[i]
+			}
+			n = n.kids[i]
+		}
+	}
+	if f.depth != s.height {
+		return fmt.Errorf("finger depth %d, tree height %d", f.depth, s.height)
+	}
+	open := true
+	n := s.root
+	for d := range f.depth {
+		fr := f.path[d]
+		if fr.n != n || fr.i >= n.n {
+			return fmt.Errorf("finger path leaves the tree at depth %d", d)
+		}
+		open = open && fr.i == 0
+		if d+1 < f.depth {
+			n = n.kids[fr.i]
+		} else if n.leaves[fr.i] != f.lf {
+			return errors.New("finger path does not end at its leaf")
+		}
+	}
+	switch {
+	case open != s.fingerOpen:
+		return fmt.Errorf("fingerOpen %v, path says %v", s.fingerOpen, open)
+	case s.fingerHi.Less(s.fingerLo):
+		return fmt.Errorf("finger bounds [%v, %v] reversed", s.fingerLo, s.fingerHi)
+	case route(s.fingerLo) != f.lf || route(s.fingerHi) != f.lf:
+		return fmt.Errorf("finger bounds [%v, %v] reach other leaves", s.fingerLo, s.fingerHi)
+	case open && !s.fingerLo.IsZero():
+		return fmt.Errorf("open finger with lower bound %v", s.fingerLo)
+	case !open && (s.fingerLo.IsZero() || route(s.fingerLo.Dec()) == f.lf):
+		return fmt.Errorf("finger lower bound %v is not the leaf's separator", s.fingerLo)
+	case s.fingerHi != u128.Max && route(s.fingerHi.Inc()) == f.lf:
+		return fmt.Errorf("finger upper bound %v is not the next separator", s.fingerHi)
 	}
 	return nil
 }
