@@ -80,6 +80,21 @@ func BenchmarkAllocRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAllocReleaseFloor is BenchmarkAllocRelease for Floor, the least
+// an in-process allocator that records owners can do: a scale for the
+// others' numbers on this machine, not a competitor.
+func BenchmarkAllocReleaseFloor(b *testing.B) {
+	defer dropFixture()
+	for _, p := range []netip.Prefix{p16, p12} {
+		for _, pct := range fills {
+			b.Run(fmt.Sprintf("impl=%s/prefix=%d/fill=%s", ImplFloor, p.Bits(), fmtFill(pct)), func(b *testing.B) {
+				a := fixture(b, fixtureKey{impl: ImplFloor, prefix: p}, FillCount(p, pct))
+				allocRelease(b, a)
+			})
+		}
+	}
+}
+
 // largeCounts are the addresses already allocated in the IPv6 /64 and /48
 // cases: 0, 1M, 10M (full run); 0 and 100k otherwise.
 func largeCounts() []int {

@@ -70,6 +70,8 @@ func New(impl string, prefix netip.Prefix) (Allocator, error) {
 		return NewBitmap(prefix)
 	case ImplIPAddress:
 		return NewIPAddress(prefix, nil)
+	case ImplFloor:
+		return NewFloor(prefix), nil
 	}
 	return nil, fmt.Errorf("unknown implementation %q", impl)
 }

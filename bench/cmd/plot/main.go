@@ -222,6 +222,39 @@ func fmtRatio(r float64) string {
 	return strconv.FormatFloat(r, 'f', 2, 64) + "×"
 }
 
+// floorTable prints netipam beside Floor (BenchmarkAllocReleaseFloor), if
+// the results hold it: the bare mutex, bitmap and Go map that any
+// in-process allocator recording owners costs on this machine.
+func floorTable(w io.Writer, rs *results) {
+	const floorBench = "BenchmarkAllocReleaseFloor"
+	var rows []string
+	for _, p := range prefixes {
+		for _, f := range fills {
+			fv, ok := rs.get(floorBench, "ns/op", "impl", "floor", "prefix", p.bits, "fill", f)
+			if !ok {
+				continue
+			}
+			n, nok := rs.get(bench, "ns/op", "impl", "netipam", "prefix", p.bits, "fill", f)
+			ns, ratio := "–", "–"
+			if nok {
+				ns, ratio = fmtNs(n), fmtRatio(n/fv)
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s |", p.title, f, fmtNs(fv), ns, ratio))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### The floor: a mutex, a bitmap and a Go map, medians")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| prefix | fill % | floor | netipam | netipam / floor |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
+	fmt.Fprintln(w)
+}
+
 // summary prints the speedup table and the targets.
 func summary(w io.Writer, rs *results) {
 	fmt.Fprintln(w, "### AllocateNext + Release, medians, and netipam's speedup")
@@ -245,6 +278,7 @@ func summary(w io.Writer, rs *results) {
 		}
 	}
 	fmt.Fprintln(w)
+	floorTable(w, rs)
 	fmt.Fprintln(w, "### IPv6 /64 and /48 with addresses already allocated, medians")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| prefix | used | layout | netipam | netipam-seq | k8s-bitmap | k8s-ipaddress |")
