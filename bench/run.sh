@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 COUNT=${COUNT:-6}
-ONLY=${ONLY:-alloc large ops finalizer heap floor}
+ONLY=${ONLY:-alloc large ops finalizer heap floor calibrate}
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da # golang.org/x/perf
 export NETIPAM_BENCH_FULL=1
 
@@ -45,6 +45,7 @@ groups=(
 	"finalizer:^Benchmark(FinalizerDecision|ColdStart)\$"
 	"heap:^BenchmarkHeapPerAddr\$"
 	"floor:^BenchmarkAllocReleaseFloor\$"
+	"calibrate:^BenchmarkCalibrate\$"
 )
 for g in "${groups[@]}"; do
 	IFS=: read -r name re <<<"$g"
@@ -59,7 +60,7 @@ done
 
 # Tables: one column per implementation, the other keys as rows.
 raw=()
-for f in results/alloc.txt results/large.txt results/ops.txt results/finalizer.txt results/heap.txt results/floor.txt; do
+for f in results/alloc.txt results/large.txt results/ops.txt results/finalizer.txt results/heap.txt results/floor.txt results/calibrate.txt; do
 	if [[ -s $f ]]; then raw+=("$f"); fi
 done
 {

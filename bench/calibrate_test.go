@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+)
+
+// BenchmarkCalibrate measures what this machine charges for the steps an
+// allocation is made of, to read the other results against: an
+// uncontended mutex lock and unlock, a Go map insert and delete, and a
+// load from a random line of an array of a given size, which the next
+// load depends on (a cache hit, a miss, and a TLB miss beyond a few MiB).
+func BenchmarkCalibrate(b *testing.B) {
+	b.Run("op=lock-unlock", func(b *testing.B) {
+		var mu sync.Mutex
+		for b.Loop() {
+			mu.Lock() // an empty critical section: the lock is what is measured
+			mu.Unlock()
+		}
+	})
+	b.Run("op=map-insert-delete", func(b *testing.B) {
+		// A map of a /16's size, with the key one allocation would add.
+		m := make(map[netip.Addr]uint32, 1<<16)
+		for i := range 1 << 16 {
+			m[netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})] = uint32(i)
+		}
+		k := netip.AddrFrom4([4]byte{10, 0, 0, 1})
+		for b.Loop() {
+			m[k] = 1
+			delete(m, k)
+		}
+	})
+	sizes := []int{16 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 20}
+	if full {
+		sizes = append(sizes, 1<<30)
+	}
+	for _, size := range sizes {
+		b.Run(fmt.Sprintf("op=random-load/bytes=%s", fmtBytes(size)), func(b *testing.B) {
+			next := randomCycle(size)
+			p := 0
+			for b.Loop() {
+				p = next[p]
+			}
+			if p < 0 {
+				b.Fatal("unreachable: keeps the loads alive")
+			}
+		})
+	}
+}
+
+// randomCycle returns an array of size bytes in which, from index 0, each
+// element names the next one to read: one per 64-byte line, every line
+// once, in random order.
+func randomCycle(size int) []int {
+	const perLine = 64 / 8
+	lines := size / 64
+	next := make([]int, lines*perLine)
+	order := rand.New(rand.NewPCG(1, 2)).Perm(lines)
+	for i, line := range order {
+		next[line*perLine] = order[(i+1)%lines] * perLine
+	}
+	return next
+}
+
+// fmtBytes prints a power-of-two size as 16KiB, 4MiB, 1GiB.
+func fmtBytes(n int) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dKiB", n>>10)
+}
