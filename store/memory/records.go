@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -65,10 +64,14 @@ type records struct {
 	// owners holds up to ownerSlots slots per owner, each the entry of one
 	// of its records; an owner's further records are in more, under the
 	// owner's hash, so that an owner of many addresses is not a probe
-	// cluster that every insert would walk (quadratic filling).
-	owners offTable
-	more   map[uint64][]uint32
-	arena  arena
+	// cluster that every insert would walk (quadratic filling). morePos
+	// gives each entry in more its index there, so that deleting one of an
+	// owner's million records does not scan the other ones (quadratic
+	// release).
+	owners  offTable
+	more    map[uint64][]uint32
+	morePos map[uint32]uint32
+	arena   arena
 
 	seed      uint64       // of the address hash
 	ownerSeed maphash.Seed // of the owner hash
@@ -102,7 +105,7 @@ func newRecords() *records {
 	}
 	r.v4, r.v6 = newTable(false, 0), newTable(false, 0)
 	r.owners = newTable(true, 0)
-	r.more = map[uint64][]uint32{}
+	r.more, r.morePos = map[uint64][]uint32{}, map[uint32]uint32{}
 	return r
 }
 
@@ -215,7 +218,9 @@ func (r *records) ownerSlotOf(h uint64, off uint32) int {
 // addOwner indexes the entry at off under its owner (sid, name), hash h.
 func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 	if r.ownerCount(h, sid, name) >= ownerSlots {
-		r.more[h] = append(r.more[h], off)
+		more := r.more[h]
+		r.morePos[off] = uint32(len(more))
+		r.more[h] = append(more, off)
 		return
 	}
 	r.reserve(&r.owners)
@@ -223,21 +228,24 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 }
 
 // dropOwner removes the entry at off from the owner index: O(1) expected
-// from the table, a scan of the owner's further records from more.
+// from the table, and from more, where the last entry takes its place.
 func (r *records) dropOwner(h uint64, off uint32) {
 	if at := r.ownerSlotOf(h, off); at >= 0 {
 		r.removeAt(&r.owners, at)
 		return
 	}
-	more := r.more[h]
-	if k := slices.Index(more, off); k >= 0 {
-		more[k] = more[len(more)-1]
-		r.setMore(h, more[:len(more)-1])
+	k, ok := r.morePos[off]
+	if !ok {
+		return
 	}
-}
-
-func (r *records) setMore(h uint64, more []uint32) {
-	if len(more) == 0 {
+	delete(r.morePos, off)
+	more := r.more[h]
+	last := more[len(more)-1]
+	if last != off {
+		more[k] = last
+		r.morePos[last] = k
+	}
+	if more = more[:len(more)-1]; len(more) == 0 {
 		delete(r.more, h)
 	} else {
 		r.more[h] = more
@@ -361,7 +369,7 @@ func (r *records) compact() {
 		osize = small
 	}
 	r.owners = newTable(true, osize)
-	r.more = map[uint64][]uint32{}
+	r.more, r.morePos = map[uint64][]uint32{}, map[uint32]uint32{}
 	var slots [64]int
 	var offs [64]uint32
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -82,6 +83,32 @@ func BenchmarkRecordsPutDelete(b *testing.B) {
 			}
 			if r.len() != benchRecords {
 				b.Fatalf("len %d, want %d", r.len(), benchRecords)
+			}
+		})
+	}
+}
+
+// BenchmarkRecordsHeavyOwner deletes and puts back a random record of an
+// owner that holds n of them (a load balancer's pool, a node's pods): the
+// cost must not grow with n.
+func BenchmarkRecordsHeavyOwner(b *testing.B) {
+	for _, n := range []int{1 << 10, 1 << 16} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			r := newRecords()
+			owner := ipaddress.ParentRef{Resource: "services", Namespace: "lb", Name: "pool"}
+			for i := range n {
+				r.put(benchAddr(false, i), owner, 1700000000, int64(i+1))
+			}
+			order := rand.New(rand.NewPCG(1, 2)).Perm(n)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				a := benchAddr(false, order[i])
+				if !r.remove(a) {
+					b.Fatalf("record %s missing", a)
+				}
+				r.put(a, owner, 1700000000, int64(n+i+1))
+				i = (i + 1) % n
 			}
 		})
 	}

@@ -75,6 +75,21 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 	for _, tb := range []*offTable{&r.v4, &r.v6, &r.owners} {
 		checkTable(t, r, tb)
 	}
+	inMore := 0
+	for h, more := range r.more {
+		if len(more) == 0 {
+			t.Fatalf("more holds an empty list under %x", h)
+		}
+		for k, off := range more {
+			if pos, ok := r.morePos[off]; !ok || pos != uint32(k) {
+				t.Fatalf("morePos[%d] = %d %v, but it is at %d", off, pos, ok, k)
+			}
+		}
+		inMore += len(more)
+	}
+	if len(r.morePos) != inMore {
+		t.Fatalf("morePos has %d entries, more %d", len(r.morePos), inMore)
+	}
 	for _, p := range recordsOwners {
 		var got, want []netip.Addr
 		for _, rec := range r.of(p) {
