@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -397,14 +396,13 @@ func checkFaultEnd(t *testing.T, ctx context.Context, c *testCluster, admin *Sto
 			t.Errorf("instance %d: owner index holds %d addresses and %d corrupt keys, etcd %d records", i, len(x.byAddr), len(x.corrupt), len(records))
 		}
 		for a, r := range records {
-			o := x.byAddr[a]
-			if o == nil || o.ref != r.Parent {
-				t.Errorf("instance %d: owner index has %s as %v's, etcd as %v's", i, a, o, r.Parent)
+			at, ok := x.byAddr[a]
+			if !ok || at.o.ref != r.Parent {
+				t.Errorf("instance %d: owner index has %s as %+v's, etcd as %v's", i, a, at.o, r.Parent)
 				continue
 			}
-			j := slices.IndexFunc(o.addrs, func(e ownedAddr) bool { return e.addr == a })
-			if j < 0 || o.addrs[j].rev != r.Revision || o.addrs[j].created != r.Created.UnixNano() {
-				t.Errorf("instance %d: owner index entry %+v for %+v", i, o.addrs, r)
+			if e := at.o.addrs[at.i]; e.addr != a || e.rev != r.Revision || e.created != r.Created.UnixNano() {
+				t.Errorf("instance %d: owner index entry %d of %+v for %+v", i, at.i, at.o.addrs, r)
 			}
 		}
 		x.mu.Unlock()

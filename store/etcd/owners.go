@@ -35,6 +35,14 @@ type owned struct {
 	addrs []ownedAddr
 }
 
+// ownedAt is where the owner index keeps an address: its owner, and its
+// place in the owner's addrs, so that removing one of an owner's million
+// addresses does not scan the others.
+type ownedAt struct {
+	o *owned
+	i int
+}
+
 // ownerIndex maps owners to their address records, in this process. The
 // first AddressesOf starts it: a listing of the address records, values
 // included, then a watch of the address keys, until the store is closed.
@@ -47,7 +55,7 @@ type ownerIndex struct {
 	// listing is done.
 	rev     int64
 	advance chan struct{} // closed and replaced when rev advances
-	byAddr  map[netip.Addr]*owned
+	byAddr  map[netip.Addr]ownedAt
 	byOwner map[ipaddress.ParentRef]*owned
 	// corrupt holds the keys under the address prefix whose key or value
 	// cannot be decoded: their owner is unknown.
@@ -64,7 +72,7 @@ func newOwnerIndex(s *Store) *ownerIndex {
 }
 
 func (x *ownerIndex) clearLocked() {
-	x.byAddr = map[netip.Addr]*owned{}
+	x.byAddr = map[netip.Addr]ownedAt{}
 	x.byOwner = map[ipaddress.ParentRef]*owned{}
 	x.corrupt = map[string]error{}
 }
@@ -98,8 +106,8 @@ func (x *ownerIndex) putLocked(key string, value []byte, createRev int64) {
 		o = &owned{ref: r.Parent}
 		x.byOwner[r.Parent] = o
 	}
+	x.byAddr[a] = ownedAt{o, len(o.addrs)}
 	o.addrs = append(o.addrs, ownedAddr{addr: a, created: r.Created.UnixNano(), rev: createRev})
-	x.byAddr[a] = o
 }
 
 // deleteLocked applies a delete of key.
@@ -111,13 +119,16 @@ func (x *ownerIndex) deleteLocked(key string) {
 }
 
 func (x *ownerIndex) removeLocked(a netip.Addr) {
-	o := x.byAddr[a]
-	if o == nil {
+	at, ok := x.byAddr[a]
+	if !ok {
 		return
 	}
 	delete(x.byAddr, a)
-	i := slices.IndexFunc(o.addrs, func(e ownedAddr) bool { return e.addr == a })
-	o.addrs[i] = o.addrs[len(o.addrs)-1]
+	o, last := at.o, at.o.addrs[len(at.o.addrs)-1]
+	if last.addr != a {
+		o.addrs[at.i] = last
+		x.byAddr[last.addr] = ownedAt{o, at.i}
+	}
 	o.addrs = o.addrs[:len(o.addrs)-1]
 	if len(o.addrs) == 0 {
 		delete(x.byOwner, o.ref)

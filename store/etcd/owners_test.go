@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -229,4 +230,60 @@ func countKeys(t *testing.T, ctx context.Context, cli *clientv3.Client, pfx stri
 		t.Fatal(err)
 	}
 	return resp.Count
+}
+
+// TestOwnerIndexFollowsAModel applies puts and deletes straight to an owner
+// index, no etcd involved: a heavy owner, light ones, and owners changing
+// hands, in random order. Every address must be found at the place its
+// entry says, under its owner, and nothing else kept.
+func TestOwnerIndexFollowsAModel(t *testing.T) {
+	s := &Store{ipPfx: "/t/ips/"}
+	owners := []ipaddress.ParentRef{svc("heavy"), svc("a"), svc("b")}
+	for seed := range uint64(20) {
+		x := newOwnerIndex(s)
+		model := map[netip.Addr]ipaddress.ParentRef{}
+		rng := rand.New(rand.NewPCG(seed, 7))
+		for step := range 3000 {
+			a := netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(2)), byte(rng.IntN(256))})
+			if rng.IntN(3) == 0 {
+				x.deleteLocked(s.addrKey(a))
+				delete(model, a)
+			} else {
+				p := owners[0]
+				if rng.IntN(4) == 0 {
+					p = owners[1+rng.IntN(2)]
+				}
+				rec := ipaddress.IPAddress{Addr: a, Parent: p, Created: time.Unix(1700000000, 0)}
+				x.putLocked(s.addrKey(a), encodeRecord(rec), int64(step+1))
+				model[a] = p
+			}
+			if step%50 == 0 {
+				checkIndexMatches(t, x, model)
+			}
+		}
+		checkIndexMatches(t, x, model)
+	}
+}
+
+func checkIndexMatches(t *testing.T, x *ownerIndex, model map[netip.Addr]ipaddress.ParentRef) {
+	t.Helper()
+	if len(x.byAddr) != len(model) {
+		t.Fatalf("index holds %d addresses, model %d", len(x.byAddr), len(model))
+	}
+	held := 0
+	for p, o := range x.byOwner {
+		if o.ref != p || len(o.addrs) == 0 {
+			t.Fatalf("owner %v indexed as %v with %d addresses", p, o.ref, len(o.addrs))
+		}
+		held += len(o.addrs)
+	}
+	if held != len(model) {
+		t.Fatalf("owners hold %d addresses, model %d", held, len(model))
+	}
+	for a, p := range model {
+		at, ok := x.byAddr[a]
+		if !ok || at.o != x.byOwner[p] || at.i >= len(at.o.addrs) || at.o.addrs[at.i].addr != a {
+			t.Fatalf("%s (of %v) indexed at %+v", a, p, at)
+		}
+	}
 }
