@@ -123,8 +123,12 @@ type Allocator struct {
 	pools   map[netip.Prefix]*pool
 	// Derived from index and pools on every CIDR change, so that the
 	// allocation path does not walk the CIDRs:
-	poolList [2][]*pool      // every pool, per family
-	live     [2][]liveSource // pools live CIDRs serve, per family, deduplicated
+	poolList [2][]*pool // every pool, per family, by first address
+	// reach[f][i] is the greatest last address of poolList[f][:i+1], so
+	// that the pools containing an address are found by a binary search
+	// and a short walk back (poolsAt).
+	reach [2][]u128.U128
+	live  [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first
 	dying    int             // Terminating CIDRs
 	cands    []Candidate     // scratch for Policy, reused under mu
 }
@@ -600,12 +604,17 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 		return choice{}, &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
 	}
 	live := a.live[fam]
-	switch len(live) {
-	case 0:
+	if len(live) == 0 {
 		return choice{}, ErrMismatch
-	case 1: // the common case needs no policy
-		if x, ok := a.nextInPoolLocked(live[0].pool, skip); ok {
-			return live[0].choice(x), nil
+	}
+	if _, ok := a.cfg.policy.(oldestFirst); ok || len(live) == 1 {
+		// live is in OldestFirst's order already (syncPoolsLocked), and
+		// a full pool is known full from its counters: no candidates to
+		// build and sort. The first is the one to blame if all are full.
+		for _, l := range live {
+			if x, ok := a.nextInPoolLocked(l.pool, skip); ok {
+				return l.choice(x), nil
+			}
 		}
 		return live[0].full(), ErrFull
 	}
@@ -812,11 +821,8 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64
 	}
 	var dying []string
 	a.mu.Lock()
-	x := u128.FromAddr(addr)
-	for _, pl := range a.poolList[famIndex(addr)] {
-		if pl.contains(x) {
-			dying = append(dying, pl.dying...)
-		}
+	for pl := range a.poolsAt(famIndex(addr), u128.FromAddr(addr)) {
+		dying = append(dying, pl.dying...)
 	}
 	a.mu.Unlock()
 	slices.Sort(dying)

@@ -25,10 +25,46 @@ import (
 // denseMax is the largest pool, in addresses, that gets a bitmap (2 MiB).
 const denseMax = 1 << 24
 
+// poolsAt yields the pools of fam containing x: O(log n) to find the last
+// pool starting at or before x, then back while an earlier pool may still
+// reach x, which is one step unless pools nest.
+func (a *Allocator) poolsAt(fam int, x u128.U128) iter.Seq[*pool] {
+	return func(yield func(*pool) bool) {
+		list, reach := a.poolList[fam], a.reach[fam]
+		// The number of pools starting at or before x: never "found".
+		n, _ := slices.BinarySearchFunc(list, x, func(pl *pool, x u128.U128) int {
+			if x.Less(pl.first) {
+				return 1
+			}
+			return -1
+		})
+		for i := n - 1; i >= 0 && !reach[i].Less(x); i-- {
+			if pl := list[i]; pl.contains(x) && !yield(pl) {
+				return
+			}
+		}
+	}
+}
+
+// indexPoolsLocked sets reach from poolList, after every change to it.
+func (a *Allocator) indexPoolsLocked() {
+	for f, list := range a.poolList {
+		reach := a.reach[f][:0]
+		var r u128.U128
+		for _, pl := range list {
+			if pl.contains(pl.last) {
+				r = u128.MaxOf(r, pl.last)
+			}
+			reach = append(reach, r)
+		}
+		a.reach[f] = reach
+	}
+}
+
 // denseAtLocked returns a dense pool containing x, or nil.
 func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
-	for _, pl := range a.poolList[fam] {
-		if pl.bits != nil && pl.contains(x) {
+	for pl := range a.poolsAt(fam, x) {
+		if pl.bits != nil {
 			return pl
 		}
 	}
@@ -39,8 +75,8 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	added, dense := false, false
-	for _, pl := range a.poolList[fam] {
-		if pl.bits != nil && pl.contains(x) {
+	for pl := range a.poolsAt(fam, x) {
+		if pl.bits != nil {
 			dense = true
 			if pl.bits.Set(x.Sub(pl.first).Lo) {
 				added = true
@@ -53,12 +89,10 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	if !added {
 		return
 	}
-	for _, pl := range a.poolList[fam] {
-		if pl.contains(x) {
-			pl.used = pl.used.Inc()
-			if pl.used == pl.size {
-				a.refreshFullLocked(fam)
-			}
+	for pl := range a.poolsAt(fam, x) {
+		pl.used = pl.used.Inc()
+		if pl.used == pl.size {
+			a.refreshFullLocked(fam)
 		}
 	}
 }
@@ -68,8 +102,8 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	removed, dense := false, false
-	for _, pl := range a.poolList[fam] {
-		if pl.bits != nil && pl.contains(x) {
+	for pl := range a.poolsAt(fam, x) {
+		if pl.bits != nil {
 			dense = true
 			if pl.bits.Clear(x.Sub(pl.first).Lo) {
 				removed = true
@@ -83,12 +117,10 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
 		return false
 	}
 	dying, wasFull := false, false
-	for _, pl := range a.poolList[fam] {
-		if pl.contains(x) {
-			wasFull = wasFull || pl.used == pl.size
-			pl.used = pl.used.Dec()
-			dying = dying || len(pl.dying) > 0
-		}
+	for pl := range a.poolsAt(fam, x) {
+		wasFull = wasFull || pl.used == pl.size
+		pl.used = pl.used.Dec()
+		dying = dying || len(pl.dying) > 0
 	}
 	if wasFull {
 		a.refreshFullLocked(fam)

@@ -33,8 +33,8 @@ func (w watcher) Reset(s store.Snapshot) {
 	for _, addr := range s.Addrs {
 		x, f := u128.FromAddr(addr), famIndex(addr)
 		dense := false
-		for _, pl := range a.poolList[f] {
-			if pl.bits != nil && pl.contains(x) {
+		for pl := range a.poolsAt(f, x) {
+			if pl.bits != nil {
 				pl.bits.Set(x.Sub(pl.first).Lo)
 				dense = true
 			}
@@ -153,6 +153,7 @@ func (a *Allocator) syncPoolsLocked() {
 			a.poolList[pl.fam] = slices.Insert(list, i, pl)
 		}
 	}
+	a.indexPoolsLocked()
 	for _, pl := range a.pools {
 		pl.dying = nil
 	}
@@ -177,6 +178,11 @@ func (a *Allocator) syncPoolsLocked() {
 				a.live[pl.fam] = append(a.live[pl.fam], liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl})
 			}
 		}
+	}
+	// OldestFirst's order, which chooseNextLocked then follows as is; the
+	// other policies get their candidates in it.
+	for _, live := range a.live {
+		slices.SortStableFunc(live, func(x, y liveSource) int { return compareAge(x.created, x.cidr, y.created, y.cidr) })
 	}
 }
 
