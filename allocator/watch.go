@@ -164,6 +164,7 @@ func (a *Allocator) syncPoolsLocked() {
 		a.refreshFullLocked(0)
 		a.refreshFullLocked(1)
 	}()
+	served := make(map[*pool]bool, len(a.pools)) // pools in live already
 	for _, c := range a.index.All() {
 		if c.Terminating {
 			a.dying++
@@ -174,7 +175,8 @@ func (a *Allocator) syncPoolsLocked() {
 				pl.dying = append(pl.dying, c.Name)
 				continue
 			}
-			if !slices.ContainsFunc(a.live[pl.fam], func(l liveSource) bool { return l.pool == pl }) {
+			if !served[pl] {
+				served[pl] = true
 				a.live[pl.fam] = append(a.live[pl.fam], liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl})
 			}
 		}
