@@ -126,3 +126,35 @@ func BenchmarkAllocateNextReleaseManyCIDRs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCIDRChangeManyCIDRs creates and deletes one CIDR next to n
+// others through an allocator that follows the store: what a change costs
+// when there are many (every change re-derives the pools, O(n)).
+func BenchmarkCIDRChangeManyCIDRs(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("cidrs=%d", n), func(b *testing.B) {
+			st := memory.New()
+			for i := range n {
+				p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+				if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: fmt.Sprintf("node-%04d", i), Prefixes: []netip.Prefix{p}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			extra := netip.MustParsePrefix("172.16.0.0/24")
+			for b.Loop() {
+				if _, err := a.CreateCIDR(ctx, "extra", extra); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.DeleteCIDR(ctx, "extra"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
