@@ -129,8 +129,8 @@ type Allocator struct {
 	// and a short walk back (poolsAt).
 	reach [2][]u128.U128
 	live  [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first
-	dying    int             // Terminating CIDRs
-	cands    []Candidate     // scratch for Policy, reused under mu
+	dying int             // Terminating CIDRs
+	cands []Candidate     // scratch for Policy, reused under mu
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are
