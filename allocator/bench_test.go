@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -154,6 +155,50 @@ func BenchmarkCIDRChangeManyCIDRs(b *testing.B) {
 				if err := a.DeleteCIDR(ctx, "extra"); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkReleaseInTerminatingCIDR releases one of n addresses that hold a
+// Terminating /16 (each release re-runs the finalizer's decision) and puts
+// it back through the store: draining a large CIDR one release at a time
+// must cost about the same per release whatever n.
+func BenchmarkReleaseInTerminatingCIDR(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1 << 10, 1 << 14} {
+		b.Run(fmt.Sprintf("held=%d", n), func(b *testing.B) {
+			st := memory.New()
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			if _, err := a.CreateCIDR(ctx, "old", netip.MustParsePrefix("10.0.0.0/16")); err != nil {
+				b.Fatal(err)
+			}
+			held := make([]netip.Addr, n)
+			for i := range held {
+				r, err := a.AllocateNext(ctx, ipaddress.IPv4, svc(fmt.Sprintf("svc-%05d", i)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				held[i] = r.Addr
+			}
+			if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+				b.Fatalf("DeleteCIDR = %v, want blocked", err)
+			}
+			i := 0
+			for b.Loop() {
+				x := held[i%n]
+				if err := a.Release(ctx, x); err != nil {
+					b.Fatal(err)
+				}
+				// Back without a fence: a Terminating CIDR takes no allocation.
+				if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: x, Parent: svc("back")}}); err != nil {
+					b.Fatal(err)
+				}
+				i++
 			}
 		})
 	}

@@ -160,28 +160,59 @@ func (a *Allocator) usedCountLocked(fam int, lo, hi u128.U128) u128.U128 {
 	return n
 }
 
+// usedRanges yields the used addresses of [lo, hi] in ascending, disjoint
+// runs, computed as they are read: a caller that stops early (the
+// finalizer, once it has enough blocking addresses) pays only for what it
+// read. Runs are maximal within the sparse set and within each dense pool;
+// where the two meet, two yielded runs may touch. Callers hold mu while
+// they range over it.
+func (a *Allocator) usedRanges(fam int, lo, hi u128.U128) iter.Seq2[u128.U128, u128.U128] {
+	return func(yield func(u128.U128, u128.U128) bool) {
+		if hi.Less(lo) {
+			return
+		}
+		// No run of sparse lies in a dense pool, so the sparse runs
+		// between the dense segments and the segments' bits, in turn, are
+		// every used address in order.
+		next := lo // the first address not yet read
+		sparseTo := func(to u128.U128) bool {
+			for s, e := range a.sparse[fam].Ranges(next, to) {
+				if !yield(s, e) {
+					return false
+				}
+			}
+			return true
+		}
+		for pl, seg := range a.denseSegments(fam, lo, hi) {
+			if next.Less(seg[0]) && !sparseTo(seg[0].Dec()) {
+				return
+			}
+			for s, e := range pl.bits.Runs(seg[0].Sub(pl.first).Lo, seg[1].Sub(pl.first).Lo) {
+				if !yield(pl.first.Add64(s), pl.first.Add64(e)) {
+					return
+				}
+			}
+			if seg[1] == hi {
+				return
+			}
+			next = seg[1].Inc()
+		}
+		sparseTo(hi)
+	}
+}
+
 // usedRangesLocked returns the used addresses of [lo, hi] as sorted,
 // maximal runs.
 func (a *Allocator) usedRangesLocked(fam int, lo, hi u128.U128) [][2]u128.U128 {
 	var out [][2]u128.U128
-	for s, e := range a.sparse[fam].Ranges(lo, hi) {
-		out = append(out, [2]u128.U128{s, e})
-	}
-	for pl, seg := range a.denseSegments(fam, lo, hi) {
-		for s, e := range pl.bits.Runs(seg[0].Sub(pl.first).Lo, seg[1].Sub(pl.first).Lo) {
-			out = append(out, [2]u128.U128{pl.first.Add64(s), pl.first.Add64(e)})
-		}
-	}
-	slices.SortFunc(out, func(x, y [2]u128.U128) int { return x[0].Cmp(y[0]) })
-	merged := out[:0]
-	for _, r := range out {
-		if n := len(merged); n > 0 && merged[n-1][1] != u128.Max && merged[n-1][1].Inc() == r[0] {
-			merged[n-1][1] = r[1]
+	for s, e := range a.usedRanges(fam, lo, hi) {
+		if n := len(out); n > 0 && out[n-1][1].Inc() == s {
+			out[n-1][1] = e // the runs are disjoint, so out[n-1][1] < Max
 			continue
 		}
-		merged = append(merged, r)
+		out = append(out, [2]u128.U128{s, e})
 	}
-	return merged
+	return out
 }
 
 // nextUnusedLocked returns the first address of [from, to] that is not

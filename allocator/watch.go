@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"iter"
 	"net/netip"
 	"slices"
 
@@ -293,18 +294,21 @@ type view struct{ a *Allocator }
 func (v view) WaitRevision(ctx context.Context, rev int64) error { return v.a.WaitRevision(ctx, rev) }
 func (v view) CIDRs() []cidrset.CIDR                             { return v.a.CIDRs() }
 
-func (v view) Used(p netip.Prefix) []netipx.IPRange {
-	a := v.a
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	host, ok := cidrset.HostRange(p)
-	if !ok {
-		return nil
+// Used yields the used ranges of p while holding mu, as View allows.
+func (v view) Used(p netip.Prefix) iter.Seq[netipx.IPRange] {
+	return func(yield func(netipx.IPRange) bool) {
+		host, ok := cidrset.HostRange(p)
+		if !ok {
+			return
+		}
+		a := v.a
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		is4 := p.Addr().Is4()
+		for s, e := range a.usedRanges(famIndex(p.Addr()), u128.FromAddr(host.From()), u128.FromAddr(host.To())) {
+			if !yield(netipx.IPRangeFrom(s.Addr(is4), e.Addr(is4))) {
+				return
+			}
+		}
 	}
-	is4 := p.Addr().Is4()
-	var out []netipx.IPRange
-	for _, r := range a.usedRangesLocked(famIndex(p.Addr()), u128.FromAddr(host.From()), u128.FromAddr(host.To())) {
-		out = append(out, netipx.IPRangeFrom(r[0].Addr(is4), r[1].Addr(is4)))
-	}
-	return out
 }

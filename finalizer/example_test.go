@@ -2,7 +2,9 @@ package finalizer_test
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
+	"slices"
 
 	"go4.org/netipx"
 
@@ -12,8 +14,8 @@ import (
 
 func ExampleDecide() {
 	target := cidrset.CIDR{Name: "newcidr1", Terminating: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.96.0.0/24")}}
-	used := func(netip.Prefix) []netipx.IPRange {
-		return []netipx.IPRange{netipx.MustParseIPRange("192.96.0.10-192.96.0.11")}
+	used := func(netip.Prefix) iter.Seq[netipx.IPRange] {
+		return slices.Values([]netipx.IPRange{netipx.MustParseIPRange("192.96.0.10-192.96.0.11")})
 	}
 	d := finalizer.Decide(target, nil, used)
 	fmt.Println(d.Remove, d.Blocking)

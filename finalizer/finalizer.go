@@ -10,6 +10,7 @@
 package finalizer
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -43,12 +44,14 @@ func (d Decision) Condition(c cidrset.CIDR) cidrset.Condition {
 }
 
 // Decide decides whether target may be removed. others are the other CIDRs
-// (any state; Terminating ones and target itself are ignored). used returns
-// the allocated addresses inside a prefix of target as ascending ranges; it
-// is asked only about target's prefixes, so the cost does not depend on how
-// many addresses lie outside target. Addresses that are a prefix's network
-// address or IPv4 broadcast never block.
-func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) []netipx.IPRange) Decision {
+// (any state; Terminating ones and target itself are ignored). used yields
+// the allocated addresses inside a prefix of target as ascending, disjoint
+// ranges (View.Used); it is asked only about target's prefixes, so the cost
+// does not depend on how many addresses lie outside target, and read only
+// until MaxBlocking blocking addresses are found, so a blocked decision
+// costs about the same however many addresses hold it. Addresses that are
+// a prefix's network address or IPv4 broadcast never block.
+func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) iter.Seq[netipx.IPRange]) Decision {
 	var live []cidrset.CIDR
 	for _, o := range others {
 		if !o.Terminating && o.Name != target.Name {
@@ -77,7 +80,7 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) 
 			}
 		}
 		covered, _ := cover.IPSet()
-		for _, r := range used(p) {
+		for r := range used(p) {
 			r, ok := intersect(r, host)
 			if !ok || (covered != nil && covered.ContainsRange(r)) {
 				continue

@@ -1,6 +1,7 @@
 package finalizer_test
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 	"testing"
@@ -21,8 +22,8 @@ func cidr(name string, rev int64, terminating bool, prefixes ...string) cidrset.
 }
 
 // usedAt serves the given addresses as single-address ranges.
-func usedAt(addrs ...string) func(netip.Prefix) []netipx.IPRange {
-	return func(p netip.Prefix) []netipx.IPRange {
+func usedAt(addrs ...string) func(netip.Prefix) iter.Seq[netipx.IPRange] {
+	return func(p netip.Prefix) iter.Seq[netipx.IPRange] {
 		var out []netipx.IPRange
 		for _, s := range addrs {
 			a := netip.MustParseAddr(s)
@@ -30,7 +31,7 @@ func usedAt(addrs ...string) func(netip.Prefix) []netipx.IPRange {
 				out = append(out, netipx.IPRangeFrom(a, a))
 			}
 		}
-		return out
+		return slices.Values(out)
 	}
 }
 
@@ -90,11 +91,38 @@ func TestNetworkAndBroadcastAddressesNeverBlock(t *testing.T) {
 }
 
 func TestBlockingListIsCapped(t *testing.T) {
-	used := func(netip.Prefix) []netipx.IPRange {
-		return []netipx.IPRange{netipx.MustParseIPRange("10.0.0.1-10.0.0.100")}
+	used := func(netip.Prefix) iter.Seq[netipx.IPRange] {
+		return slices.Values([]netipx.IPRange{netipx.MustParseIPRange("10.0.0.1-10.0.0.100")})
 	}
 	d := finalizer.Decide(cidr("x", 5, true, "10.0.0.0/24"), nil, used)
 	if d.Remove || len(d.Blocking) != finalizer.MaxBlocking || d.Blocking[0] != netip.MustParseAddr("10.0.0.1") {
 		t.Fatalf("Decide = %+v", d)
+	}
+}
+
+// TestBlockedDecisionReadsOnlyWhatItLists: with a million single addresses
+// in use, a blocked decision reads the used ranges only until it has
+// MaxBlocking of them, so that draining a large CIDR one release at a time
+// is not quadratic.
+func TestBlockedDecisionReadsOnlyWhatItLists(t *testing.T) {
+	read := 0
+	used := func(netip.Prefix) iter.Seq[netipx.IPRange] {
+		return func(yield func(netipx.IPRange) bool) {
+			a := netip.MustParseAddr("10.0.0.1")
+			for range 1 << 20 {
+				read++
+				if !yield(netipx.IPRangeFrom(a, a)) {
+					return
+				}
+				a = a.Next().Next()
+			}
+		}
+	}
+	d := finalizer.Decide(cidr("x", 5, true, "10.0.0.0/8"), nil, used)
+	if d.Remove || len(d.Blocking) != finalizer.MaxBlocking {
+		t.Fatalf("Decide = %+v", d)
+	}
+	if read != finalizer.MaxBlocking {
+		t.Fatalf("read %d used ranges for %d blocking addresses", read, finalizer.MaxBlocking)
 	}
 }

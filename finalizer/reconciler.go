@@ -3,6 +3,7 @@ package finalizer
 import (
 	"context"
 	"errors"
+	"iter"
 	"net/netip"
 	"time"
 
@@ -20,8 +21,11 @@ type View interface {
 	WaitRevision(ctx context.Context, rev int64) error
 	// CIDRs returns every CIDR the view knows.
 	CIDRs() []cidrset.CIDR
-	// Used returns the allocated addresses inside p, as ascending ranges.
-	Used(p netip.Prefix) []netipx.IPRange
+	// Used yields the allocated addresses inside p as ascending, disjoint
+	// ranges (adjacent ones need not be merged). A caller may stop early,
+	// and the view may hold a lock while it yields: the loop must not call
+	// the view.
+	Used(p netip.Prefix) iter.Seq[netipx.IPRange]
 }
 
 // Reconciler applies Decide to a CIDR in a store.
