@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
@@ -607,16 +608,29 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	if len(live) == 0 {
 		return choice{}, ErrMismatch
 	}
-	if _, ok := a.cfg.policy.(oldestFirst); ok || len(live) == 1 {
-		// live is in OldestFirst's order already (syncPoolsLocked), and
-		// a full pool is known full from its counters: no candidates to
-		// build and sort. The first is the one to blame if all are full.
-		for _, l := range live {
-			if x, ok := a.nextInPoolLocked(l.pool, skip); ok {
-				return l.choice(x), nil
+	// The built-in policies need no candidates: live is in OldestFirst's
+	// order already (syncPoolsLocked), and a full pool is known full from
+	// its counters.
+	switch a.cfg.policy.(type) {
+	case oldestFirst:
+		return a.walkLiveLocked(live, 0, skip)
+	case randomOrder:
+		return a.walkLiveLocked(live, rand.IntN(len(live)), skip)
+	case mostFree:
+		best, bestFree := 0, u128.U128{}
+		for i, l := range live {
+			if free := l.pool.size.Sub(l.pool.used); bestFree.Less(free) {
+				best, bestFree = i, free
 			}
 		}
-		return live[0].full(), ErrFull
+		if x, ok := a.nextInPoolLocked(live[best].pool, skip); ok {
+			return live[best].choice(x), nil
+		}
+		// Its free addresses are excluded or in flight, or all are full:
+		// the general path below tries the next ones in order.
+	}
+	if len(live) == 1 { // no order to ask for
+		return a.walkLiveLocked(live, 0, skip)
 	}
 	cands := a.cands[:0]
 	for _, l := range live {
@@ -640,6 +654,21 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 		}
 	}
 	return choice{}, ErrFull
+}
+
+// walkLiveLocked tries live's pools in order from first, wrapping around.
+// The first tried is the one to blame if all are full.
+func (a *Allocator) walkLiveLocked(live []liveSource, first int, skip []netip.Addr) (choice, error) {
+	i := first
+	for range live {
+		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
+			return live[i].choice(x), nil
+		}
+		if i++; i == len(live) {
+			i = 0
+		}
+	}
+	return live[first].full(), ErrFull
 }
 
 func (l liveSource) choice(x u128.U128) choice {

@@ -770,3 +770,87 @@ func TestObserverNamesTheCIDROfEveryOutcome(t *testing.T) {
 		t.Fatalf("events (cidr, failed) = %q, want %q", got, want)
 	}
 }
+
+// TestMostFreeChoosesAsItsOrderSays: the allocator finds MostFree's choice
+// without asking for the order; it must be the first CIDR with a free
+// address in the order MostFree.Order gives, the oldest first among
+// equals, whatever the sizes and fills.
+func TestMostFreeChoosesAsItsOrderSays(t *testing.T) {
+	ctx := context.Background()
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		k := 2 + rng.IntN(6)
+		var specs []string
+		for i := range k {
+			specs = append(specs, fmt.Sprintf("c%d=10.%d.0.0/%d", i, i, 26+rng.IntN(4)))
+		}
+		a, _ := newAllocator(t, specs, allocator.WithPolicy(allocator.MostFree()))
+		cands := make([]allocator.Candidate, k)
+		for i, s := range specs {
+			name, p, _ := strings.Cut(s, "=")
+			r, _ := cidrset.HostRange(pfx(p))
+			size := uint64(0)
+			for x := r.From(); ; x = x.Next() {
+				size++
+				if x == r.To() {
+					break
+				}
+			}
+			used := rng.Uint64N(size + 1)
+			x := r.To() // fill from the top, leaving the lower addresses
+			for range used {
+				if _, err := a.Allocate(ctx, x, svc(fmt.Sprint(name, x))); err != nil {
+					t.Fatal(err)
+				}
+				x = x.Prev()
+			}
+			cands[i] = allocator.Candidate{CIDR: name, Prefix: pfx(p), Used: cidrset.CountOf(used), Size: cidrset.CountOf(size)}
+		}
+		for round := range 20 {
+			want := slices.Clone(cands)
+			allocator.MostFree().Order(want)
+			r, err := a.AllocateNext(ctx, ipaddress.IPv4, svc(fmt.Sprint("next", round)))
+			if want[0].Used == want[0].Size {
+				if !errors.Is(err, allocator.ErrFull) {
+					t.Fatalf("seed %d: all full, AllocateNext = %v, %v", seed, r.Addr, err)
+				}
+				break
+			}
+			if err != nil || !want[0].Prefix.Contains(r.Addr) {
+				t.Fatalf("seed %d round %d: got %s (%v), want an address of %s (order %+v)", seed, round, r.Addr, err, want[0].CIDR, want)
+			}
+			i := slices.IndexFunc(cands, func(c allocator.Candidate) bool { return c.CIDR == want[0].CIDR })
+			cands[i].Used = cands[i].Used.Add(cidrset.CountOf(1))
+		}
+	}
+}
+
+// TestRandomOrderTriesEveryCIDRFirstAlike: RandomOrder's first try is
+// uniform over the live CIDRs, and a full one is never chosen.
+func TestRandomOrderTriesEveryCIDRFirstAlike(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c0=10.0.0.0/28", "c1=10.1.0.0/28", "c2=10.2.0.0/28", "c3=10.3.0.0/28"}, allocator.WithPolicy(allocator.RandomOrder()))
+	r, _ := cidrset.HostRange(pfx("10.1.0.0/28"))
+	for x := r.From(); ; x = x.Next() {
+		mustStatic(t, a, x.String(), "fill"+x.String())
+		if x == r.To() {
+			break
+		}
+	}
+	count := map[string]int{}
+	for i := range 600 {
+		x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint("o", i))
+		count[netip.PrefixFrom(x, 16).Masked().String()]++
+		if err := a.Release(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if count["10.1.0.0/16"] != 0 {
+		t.Fatalf("the full CIDR was chosen: %v", count)
+	}
+	for _, p := range []string{"10.0.0.0/16", "10.2.0.0/16", "10.3.0.0/16"} {
+		if count[p] < 120 { // 200 expected; below 120 is a 1e-10 event
+			t.Fatalf("%s chosen %d times of 600: %v", p, count[p], count)
+		}
+	}
+}

@@ -95,36 +95,42 @@ func BenchmarkHeapPerAddress(b *testing.B) {
 }
 
 // BenchmarkAllocateNextReleaseManyCIDRs allocates and releases with n live
-// /24 CIDRs (per-node ranges, say), under the default OldestFirst policy:
-// the cost must not grow with n.
+// /24 CIDRs (per-node ranges, say), under each built-in policy: the cost
+// must not grow much with n.
 func BenchmarkAllocateNextReleaseManyCIDRs(b *testing.B) {
 	ctx := context.Background()
-	for _, n := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("cidrs=%d", n), func(b *testing.B) {
-			st := memory.New()
-			for i := range n {
-				p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
-				if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: fmt.Sprintf("node-%04d", i), Prefixes: []netip.Prefix{p}}); err != nil {
-					b.Fatal(err)
+	policies := []struct {
+		name string
+		p    allocator.Policy
+	}{{"oldest-first", allocator.OldestFirst()}, {"most-free", allocator.MostFree()}, {"random", allocator.RandomOrder()}}
+	for _, pol := range policies {
+		for _, n := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("policy=%s/cidrs=%d", pol.name, n), func(b *testing.B) {
+				st := memory.New()
+				for i := range n {
+					p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+					if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: fmt.Sprintf("node-%04d", i), Prefixes: []netip.Prefix{p}}); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			a, err := allocator.New(ctx, st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			owner := svc("bench")
-			b.ReportAllocs()
-			for b.Loop() {
-				r, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
+				a, err := allocator.New(ctx, st, allocator.WithPolicy(pol.p))
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := a.Release(ctx, r.Addr); err != nil {
-					b.Fatal(err)
+				defer a.Close()
+				owner := svc("bench")
+				b.ReportAllocs()
+				for b.Loop() {
+					r, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := a.Release(ctx, r.Addr); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -91,19 +91,27 @@ func compareAge(created1 time.Time, name1 string, created2 time.Time, name2 stri
 	return strings.Compare(name1, name2)
 }
 
-// MostFree prefers the CIDR with the most free addresses, spreading load.
-func MostFree() Policy {
-	return PolicyFunc(func(c []Candidate) {
-		slices.SortStableFunc(c, func(a, b Candidate) int {
-			return b.Size.Sub(b.Used).Cmp(a.Size.Sub(a.Used))
-		})
+// MostFree prefers the CIDR with the most free addresses, spreading load
+// (the oldest first among equals). The allocator finds that CIDR in one
+// pass rather than asking for the whole order.
+func MostFree() Policy { return mostFree{} }
+
+type mostFree struct{}
+
+func (mostFree) Order(c []Candidate) {
+	slices.SortStableFunc(c, func(a, b Candidate) int {
+		return b.Size.Sub(b.Used).Cmp(a.Size.Sub(a.Used))
 	})
 }
 
 // RandomOrder tries the CIDRs in random order, as the Kubernetes allocator
-// does through Go's map order.
-func RandomOrder() Policy {
-	return PolicyFunc(func(c []Candidate) {
-		rand.Shuffle(len(c), func(i, j int) { c[i], c[j] = c[j], c[i] })
-	})
+// does through Go's map order: every CIDR is equally likely to be tried
+// first. The allocator then goes on from there in the usual order rather
+// than drawing a whole permutation per allocation.
+func RandomOrder() Policy { return randomOrder{} }
+
+type randomOrder struct{}
+
+func (randomOrder) Order(c []Candidate) {
+	rand.Shuffle(len(c), func(i, j int) { c[i], c[j] = c[j], c[i] })
 }
