@@ -57,8 +57,9 @@ type Candidate struct {
 // skipping full ones. Order is called with the allocator's lock held, on
 // every such allocation, with every live CIDR of the family (oldest
 // first): a policy of its own costs the allocator that much each time,
-// which matters from a few hundred CIDRs on. OldestFirst, the default, is
-// not called: the allocator keeps its order.
+// which matters from a few hundred CIDRs on. The built-in policies are not
+// called: the allocator keeps OldestFirst's order, and finds MostFree's
+// and RandomOrder's first choice without ordering the rest.
 type Policy interface {
 	Order(cands []Candidate)
 }
