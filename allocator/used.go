@@ -163,9 +163,9 @@ func (a *Allocator) usedCountLocked(fam int, lo, hi u128.U128) u128.U128 {
 // usedRanges yields the used addresses of [lo, hi] in ascending, disjoint
 // runs, computed as they are read: a caller that stops early (the
 // finalizer, once it has enough blocking addresses) pays only for what it
-// read. Runs are maximal within the sparse set and within each dense pool;
-// where the two meet, two yielded runs may touch. Callers hold mu while
-// they range over it.
+// read. Runs are maximal within the sparse set and within each dense pool,
+// so two yielded runs may touch at a dense pool's edge. Callers hold mu
+// while they range over it.
 func (a *Allocator) usedRanges(fam int, lo, hi u128.U128) iter.Seq2[u128.U128, u128.U128] {
 	return func(yield func(u128.U128, u128.U128) bool) {
 		if hi.Less(lo) {

@@ -29,8 +29,11 @@ type Floor struct {
 	owners map[netip.Addr]ipaddress.ParentRef
 }
 
-// errFloorFull is Floor's answer when no address is free.
-var errFloorFull = errors.New("floor: range full")
+// Floor's errors.
+var (
+	errFloorFull    = errors.New("floor: range full")
+	errFloorOutside = errors.New("floor: address outside the range")
+)
 
 // NewFloor returns an empty Floor over the usable addresses of prefix.
 func NewFloor(prefix netip.Prefix) *Floor {
@@ -75,7 +78,7 @@ func (f *Floor) AllocateNext() (netip.Addr, error) {
 func (f *Floor) Allocate(addr netip.Addr) error {
 	off, ok := f.offset(addr)
 	if !ok {
-		return errors.New("floor: address outside the range")
+		return errFloorOutside
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -90,7 +93,7 @@ func (f *Floor) Allocate(addr netip.Addr) error {
 func (f *Floor) Release(addr netip.Addr) error {
 	off, ok := f.offset(addr)
 	if !ok {
-		return errors.New("floor: address outside the range")
+		return errFloorOutside
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
