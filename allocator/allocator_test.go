@@ -854,3 +854,32 @@ func TestRandomOrderTriesEveryCIDRFirstAlike(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolsSharingAFirstAddressBothCountIt: nested CIDRs whose host
+// ranges start at the same address both count an allocation of exactly
+// that address, and both see it released.
+func TestPoolsSharingAFirstAddressBothCountIt(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"a=10.0.0.0/24", "b=10.0.0.0/23", "c=10.0.0.0/22"})
+	used := func() []string {
+		var out []string
+		for _, name := range []string{"a", "b", "c"} {
+			u, err := a.Usage(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, u.Prefixes[0].Used.String())
+		}
+		return out
+	}
+	mustStatic(t, a, "10.0.0.1", "first")
+	if got := used(); !slices.Equal(got, []string{"1", "1", "1"}) {
+		t.Fatalf("used after allocating 10.0.0.1: %v, want 1 in each", got)
+	}
+	if err := a.Release(ctx, ip("10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := used(); !slices.Equal(got, []string{"0", "0", "0"}) {
+		t.Fatalf("used after releasing it: %v, want 0 in each", got)
+	}
+}
