@@ -130,8 +130,11 @@ type Allocator struct {
 	// and a short walk back (poolsAt).
 	reach [2][]u128.U128
 	live  [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first
-	dying int             // Terminating CIDRs
-	cands []Candidate     // scratch for Policy, reused under mu
+	// liveAt finds a candidate's place in live by its prefix, whatever
+	// order a Policy put the candidates in.
+	liveAt map[netip.Prefix]int
+	dying  int         // Terminating CIDRs
+	cands  []Candidate // scratch for Policy, reused under mu
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are
@@ -639,8 +642,8 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	a.cands = cands
 	a.cfg.policy.Order(cands)
 	for _, cand := range cands {
-		i := slices.IndexFunc(live, func(l liveSource) bool { return l.pool.prefix == cand.Prefix })
-		if i < 0 {
+		i, ok := a.liveAt[cand.Prefix]
+		if !ok || i >= len(live) || live[i].pool.prefix != cand.Prefix {
 			continue // the policy made up a candidate
 		}
 		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
@@ -648,9 +651,9 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 		}
 	}
 	// Every CIDR is full: the policy's first choice is the one to blame.
-	for _, l := range live {
-		if len(cands) > 0 && l.pool.prefix == cands[0].Prefix {
-			return l.full(), ErrFull
+	if len(cands) > 0 {
+		if i, ok := a.liveAt[cands[0].Prefix]; ok && i < len(live) && live[i].pool.prefix == cands[0].Prefix {
+			return live[i].full(), ErrFull
 		}
 	}
 	return choice{}, ErrFull

@@ -883,3 +883,25 @@ func TestPoolsSharingAFirstAddressBothCountIt(t *testing.T) {
 		t.Fatalf("used after releasing it: %v, want 0 in each", got)
 	}
 }
+
+// TestACustomPolicyIsFollowedAndMayMakeUpCandidates: a Policy of its own is
+// followed in the order it gives, and a candidate it makes up (another
+// family's prefix, a prefix of no CIDR) is skipped, not allocated from.
+func TestACustomPolicyIsFollowedAndMayMakeUpCandidates(t *testing.T) {
+	newestFirst := allocator.PolicyFunc(func(c []allocator.Candidate) {
+		slices.Reverse(c)
+		made := []allocator.Candidate{{CIDR: "v6", Prefix: pfx("fd00::/120")}, {CIDR: "ghost", Prefix: pfx("192.168.0.0/24")}}
+		copy(c, made[:min(len(made), len(c))])
+	})
+	a, _ := newAllocator(t, []string{"c0=10.0.0.0/28", "c1=10.1.0.0/28", "c2=10.2.0.0/28", "c3=10.3.0.0/28", "v6=fd00::/120"}, allocator.WithPolicy(newestFirst))
+	// The policy replaced the two newest with made-up candidates: c1 is
+	// the first real one, then c0.
+	for i := range 14 {
+		if x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint("a", i)); !pfx("10.1.0.0/28").Contains(x) {
+			t.Fatalf("allocation %d took %s, want c1 first", i, x)
+		}
+	}
+	if x := mustNext(t, a, ipaddress.IPv4, "b"); !pfx("10.0.0.0/28").Contains(x) {
+		t.Fatalf("after c1 was full, got %s, want c0", x)
+	}
+}

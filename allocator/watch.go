@@ -184,8 +184,12 @@ func (a *Allocator) syncPoolsLocked() {
 	}
 	// OldestFirst's order, which chooseNextLocked then follows as is; the
 	// other policies get their candidates in it.
+	a.liveAt = make(map[netip.Prefix]int, len(a.live[0])+len(a.live[1]))
 	for _, live := range a.live {
 		slices.SortStableFunc(live, func(x, y liveSource) int { return compareAge(x.created, x.cidr, y.created, y.cidr) })
+		for i, l := range live {
+			a.liveAt[l.pool.prefix] = i
+		}
 	}
 }
 
