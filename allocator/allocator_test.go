@@ -334,26 +334,48 @@ func TestATerminatingCoverDoesNotCount(t *testing.T) {
 	if err := a.DeleteCIDR(ctx, "b"); !errors.Is(err, allocator.ErrDeletionBlocked) {
 		t.Fatalf("DeleteCIDR(b): %v, want blocked", err)
 	}
-	// Two overlapping CIDRs marked together: neither may rely on the other.
 	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.GetCIDR(ctx, "b"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("b should have gone once c covered it: %v", err)
 	}
-	if _, err := a.CreateCIDR(ctx, "d", pfx("10.0.0.0/24")); err != nil {
-		t.Fatal(err)
+
+	// Two overlapping CIDRs both Terminating: neither may rely on the
+	// other. They are marked while no allocator watches the store: with
+	// one watching, its reconciler may rightly remove the first one
+	// marked, while the second still covers it.
+	st2 := memory.New()
+	for _, name := range []string{"c", "d"} {
+		if _, err := st2.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	c, _ := st.GetCIDR(ctx, "c")
-	c.Terminating = true
-	if _, err := st.UpdateCIDR(ctx, c); err != nil {
+	if _, err := st2.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.9"), Parent: svc("x")}}); err != nil {
 		t.Fatal(err)
-	}
-	if err := a.DeleteCIDR(ctx, "d"); !errors.Is(err, allocator.ErrDeletionBlocked) {
-		t.Fatalf("DeleteCIDR(d) while its only cover c is Terminating: %v, want blocked", err)
 	}
 	for _, name := range []string{"c", "d"} {
-		if cur, err := st.GetCIDR(ctx, name); err != nil || !cur.Terminating {
+		cur, err := st2.GetCIDR(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Terminating = true
+		if _, err := st2.UpdateCIDR(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a2, err := allocator.New(ctx, st2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	for _, name := range []string{"c", "d"} {
+		if err := a2.DeleteCIDR(ctx, name); !errors.Is(err, allocator.ErrDeletionBlocked) {
+			t.Fatalf("DeleteCIDR(%s) while its only cover is Terminating: %v, want blocked", name, err)
+		}
+	}
+	for _, name := range []string{"c", "d"} {
+		if cur, err := st2.GetCIDR(ctx, name); err != nil || !cur.Terminating {
 			t.Fatalf("%s: %+v, %v; want kept Terminating", name, cur, err)
 		}
 	}
