@@ -108,6 +108,9 @@ type Allocator struct {
 	// pool.knownFull), so that AllocateNext on a full range fails without
 	// taking mu. Set under mu whenever live or a pool's count changes.
 	full [2]atomic.Bool
+	// open counts, per family, the pools in live that are not known full:
+	// full is set from it, whatever the number of CIDRs.
+	open [2]int
 	// scratch for allocations over a locked store, used under mu.
 	recBuf   [2]ipaddress.IPAddress
 	fenceBuf [2]store.Fence
@@ -129,12 +132,8 @@ type Allocator struct {
 	// that the pools containing an address are found by a binary search
 	// and a short walk back (poolsAt).
 	reach [2][]u128.U128
-	live  [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first
-	// liveAt finds a candidate's place in live by its prefix, whatever
-	// order a Policy put the candidates in.
-	liveAt map[netip.Prefix]int
-	dying  int         // Terminating CIDRs
-	cands  []Candidate // scratch for Policy, reused under mu
+	live  [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
+	cands []Candidate     // scratch for Policy, reused under mu
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are
@@ -158,6 +157,9 @@ type pool struct {
 	used        u128.U128 // allocated within [first, last]
 	excluded    u128.U128 // excluded within [first, last]
 	dying       []string  // Terminating CIDRs with this prefix
+	// liveAt is the pool's place in live, or -1: a candidate a Policy
+	// returns is found by its prefix, whatever order it put them in.
+	liveAt int
 	// bits holds the used addresses of [first, last], offset by first,
 	// when the pool is dense (used.go); nil otherwise.
 	bits *bitmap.Bitmap
@@ -642,8 +644,8 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	a.cands = cands
 	a.cfg.policy.Order(cands)
 	for _, cand := range cands {
-		i, ok := a.liveAt[cand.Prefix]
-		if !ok || i >= len(live) || live[i].pool.prefix != cand.Prefix {
+		i, ok := a.liveIndexLocked(fam, cand.Prefix)
+		if !ok {
 			continue // the policy made up a candidate
 		}
 		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
@@ -652,11 +654,20 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	}
 	// Every CIDR is full: the policy's first choice is the one to blame.
 	if len(cands) > 0 {
-		if i, ok := a.liveAt[cands[0].Prefix]; ok && i < len(live) && live[i].pool.prefix == cands[0].Prefix {
+		if i, ok := a.liveIndexLocked(fam, cands[0].Prefix); ok {
 			return live[i].full(), ErrFull
 		}
 	}
 	return choice{}, ErrFull
+}
+
+// liveIndexLocked returns the place in live[fam] of the pool of p.
+func (a *Allocator) liveIndexLocked(fam int, p netip.Prefix) (int, bool) {
+	pl := a.pools[p]
+	if pl == nil || pl.fam != fam || pl.liveAt < 0 {
+		return 0, false
+	}
+	return pl.liveAt, true
 }
 
 // walkLiveLocked tries live's pools in order from first, wrapping around.
@@ -695,14 +706,35 @@ func (a *Allocator) knownFull(reqs ...request) bool {
 	return false
 }
 
-// refreshFullLocked recomputes full[fam].
-func (a *Allocator) refreshFullLocked(fam int) {
-	live := a.live[fam]
-	full := len(live) > 0
-	for _, l := range live {
-		full = full && l.pool.knownFull()
+// recountOpenLocked recounts open[fam] from live, and sets full[fam].
+func (a *Allocator) recountOpenLocked(fam int) {
+	a.open[fam] = 0
+	for _, l := range a.live[fam] {
+		if !l.pool.knownFull() {
+			a.open[fam]++
+		}
 	}
-	a.full[fam].Store(full)
+	a.setFullLocked(fam)
+}
+
+// setFullLocked sets full[fam] from open[fam].
+func (a *Allocator) setFullLocked(fam int) {
+	a.full[fam].Store(len(a.live[fam]) > 0 && a.open[fam] == 0)
+}
+
+// fullnessChangedLocked keeps open and full when pl's used count has just
+// reached its size (nowFull) or left it. With excluded addresses in pl,
+// knownFull does not follow the count.
+func (a *Allocator) fullnessChangedLocked(pl *pool, nowFull bool) {
+	if pl.liveAt < 0 || !pl.excluded.IsZero() {
+		return
+	}
+	if nowFull {
+		a.open[pl.fam]--
+	} else {
+		a.open[pl.fam]++
+	}
+	a.setFullLocked(pl.fam)
 }
 
 // knownFull reports that pl has no free address, when its counters alone

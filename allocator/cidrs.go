@@ -147,18 +147,27 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 
 // reconcileTerminating re-checks every Terminating CIDR now.
 func (a *Allocator) reconcileTerminating(ctx context.Context) {
-	for _, c := range a.CIDRs() {
-		if !c.Terminating {
-			continue
-		}
-		res, err := a.fin.Reconcile(ctx, c.Name)
+	for _, name := range a.terminatingNames() {
+		res, err := a.fin.Reconcile(ctx, name)
 		switch {
 		case err != nil:
-			a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", c.Name, "err", err)
+			a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
 		case res.Removed:
-			a.cfg.logger.Info("CIDR removed", "cidr", c.Name)
+			a.cfg.logger.Info("CIDR removed", "cidr", name)
 		}
 	}
+}
+
+// terminatingNames returns the names of the Terminating CIDRs, by name.
+func (a *Allocator) terminatingNames() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	dying := a.index.Terminating()
+	out := make([]string, len(dying))
+	for i, c := range dying {
+		out[i] = c.Name
+	}
+	return out
 }
 
 // EnsureDefault makes sure the default CIDR (cidrset.DefaultName) exists

@@ -70,8 +70,7 @@ func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision
 		return finalizer.Decision{}, err
 	}
 	c.Terminating = true
-	v := view{d.a}
-	return finalizer.Decide(c, v.CIDRs(), v.Used), nil
+	return finalizer.DecideIn(view{d.a}, c), nil
 }
 
 // ExistsError names what exists already. It matches ErrExists.

@@ -46,19 +46,22 @@ func (a *Allocator) poolsAt(fam int, x u128.U128) iter.Seq[*pool] {
 	}
 }
 
-// indexPoolsLocked sets reach from poolList, after every change to it.
-func (a *Allocator) indexPoolsLocked() {
-	for f, list := range a.poolList {
-		reach := a.reach[f][:0]
-		var r u128.U128
-		for _, pl := range list {
-			if pl.contains(pl.last) {
-				r = u128.MaxOf(r, pl.last)
-			}
-			reach = append(reach, r)
-		}
-		a.reach[f] = reach
+// reindexPoolsLocked sets reach[f][from:] after poolList[f] changed at
+// from.
+func (a *Allocator) reindexPoolsLocked(f, from int) {
+	list := a.poolList[f]
+	reach := slices.Grow(a.reach[f][:min(from, len(a.reach[f]))], len(list)-from)
+	var r u128.U128
+	if from > 0 {
+		r = reach[from-1]
 	}
+	for _, pl := range list[from:] {
+		if pl.contains(pl.last) {
+			r = u128.MaxOf(r, pl.last)
+		}
+		reach = append(reach, r)
+	}
+	a.reach[f] = reach
 }
 
 // denseAtLocked returns a dense pool containing x, or nil.
@@ -90,9 +93,8 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 		return
 	}
 	for pl := range a.poolsAt(fam, x) {
-		pl.used = pl.used.Inc()
-		if pl.used == pl.size {
-			a.refreshFullLocked(fam)
+		if pl.used = pl.used.Inc(); pl.used == pl.size {
+			a.fullnessChangedLocked(pl, true)
 		}
 	}
 }
@@ -116,26 +118,33 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
 	if !removed {
 		return false
 	}
-	dying, wasFull := false, false
+	dying := false
 	for pl := range a.poolsAt(fam, x) {
-		wasFull = wasFull || pl.used == pl.size
-		pl.used = pl.used.Dec()
+		wasFull := pl.used == pl.size
+		if pl.used = pl.used.Dec(); wasFull {
+			a.fullnessChangedLocked(pl, false)
+		}
 		dying = dying || len(pl.dying) > 0
-	}
-	if wasFull {
-		a.refreshFullLocked(fam)
 	}
 	return dying
 }
 
 // denseSegments yields the parts of [lo, hi] inside dense pools, each with
 // one pool that holds its bits, in order and without overlap. poolList is
-// sorted by first address, so a sweep finds them in O(pools).
+// sorted by first address, so a sweep from the first pool that reaches lo
+// finds them in O(log pools + pools met).
 func (a *Allocator) denseSegments(fam int, lo, hi u128.U128) iter.Seq2[*pool, [2]u128.U128] {
 	return func(yield func(*pool, [2]u128.U128) bool) {
+		list, reach := a.poolList[fam], a.reach[fam]
+		// The pools before the first whose reach is lo or more end before
+		// lo; from there, the list is by first address.
+		i, _ := slices.BinarySearchFunc(reach, lo, u128.U128.Cmp)
 		next := lo // the first address not yet yielded
-		for _, pl := range a.poolList[fam] {
-			if pl.bits == nil || pl.last.Less(next) || hi.Less(pl.first) {
+		for _, pl := range list[i:] {
+			if hi.Less(pl.first) {
+				return
+			}
+			if pl.bits == nil || pl.last.Less(next) {
 				continue
 			}
 			from := u128.MaxOf(pl.first, next)

@@ -29,7 +29,7 @@ func (w watcher) Reset(s store.Snapshot) {
 	for f := range a.sparse {
 		_ = a.sparse[f].Reset(nil)
 	}
-	a.syncPoolsLocked()
+	a.buildPoolsLocked()
 	var rest [2][]u128.U128
 	for _, addr := range s.Addrs {
 		x, f := u128.FromAddr(addr), famIndex(addr)
@@ -52,8 +52,8 @@ func (w watcher) Reset(s store.Snapshot) {
 	for _, pl := range a.pools {
 		pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
 	}
-	a.refreshFullLocked(0)
-	a.refreshFullLocked(1)
+	a.recountOpenLocked(0)
+	a.recountOpenLocked(1)
 	a.advanceLocked(s.Revision)
 	a.kickReconciler()
 }
@@ -70,12 +70,14 @@ func (w watcher) Apply(e store.Event) {
 		if existed && old.Revision >= e.CIDR.Revision {
 			break // already known (refreshCIDR got there first)
 		}
-		a.index = a.index.With(e.CIDR)
-		a.syncPoolsLocked()
+		a.index.Put(e.CIDR)
+		a.cidrChangedLocked(old.Prefixes, e.CIDR.Prefixes)
 		a.kickReconciler()
 	case store.CIDRDeleted:
-		a.index = a.index.Without(e.CIDR.Name)
-		a.syncPoolsLocked()
+		if old, existed := a.index.Get(e.CIDR.Name); existed {
+			a.index.Delete(old.Name)
+			a.cidrChangedLocked(old.Prefixes, nil)
+		}
 	}
 	a.advanceLocked(e.Revision)
 }
@@ -124,77 +126,167 @@ func (a *Allocator) advanceLocked(rev int64) {
 	}
 }
 
-// syncPoolsLocked makes the pools match the index's prefixes, building new
-// ones from the used addresses (O(runs) in the new prefix, plus a bit per
-// address for a dense one), and derives what the allocation path reads.
-func (a *Allocator) syncPoolsLocked() {
-	want := map[netip.Prefix]bool{}
+// buildPoolsLocked builds a pool for every prefix of the index, over no
+// used address, and derives what the allocation path reads; for Reset, so
+// it sorts once instead of inserting pool by pool.
+func (a *Allocator) buildPoolsLocked() {
+	var lists [2][]*pool
 	for _, c := range a.index.All() {
 		for _, p := range c.Prefixes {
-			want[p.Masked()] = true
-		}
-	}
-	for p, pl := range a.pools {
-		if !want[p] {
-			delete(a.pools, p)
-			a.poolList[pl.fam] = slices.DeleteFunc(a.poolList[pl.fam], func(x *pool) bool { return x == pl })
-			if pl.bits != nil {
-				a.dropDenseLocked(pl)
+			if p = p.Masked(); p.IsValid() && a.pools[p] == nil {
+				pl := a.newPoolLocked(p)
+				a.pools[p] = pl
+				lists[pl.fam] = append(lists[pl.fam], pl)
 			}
 		}
-	}
-	for p := range want {
-		if a.pools[p] == nil {
-			pl := a.newPoolLocked(p)
-			a.pools[p] = pl
-			// Sorted by first address: denseSegments sweeps in that
-			// order, and a stable order keeps the policy's input stable.
-			list := a.poolList[pl.fam]
-			i, _ := slices.BinarySearchFunc(list, pl, func(x, y *pool) int { return x.first.Cmp(y.first) })
-			a.poolList[pl.fam] = slices.Insert(list, i, pl)
-		}
-	}
-	a.indexPoolsLocked()
-	for _, pl := range a.pools {
-		pl.dying = nil
 	}
 	a.live = [2][]liveSource{}
-	a.dying = 0
-	defer func() {
-		a.dyingCount.Store(int32(a.dying))
-		a.refreshFullLocked(0)
-		a.refreshFullLocked(1)
-	}()
-	served := make(map[*pool]bool, len(a.pools)) // pools in live already
-	for _, c := range a.index.All() {
-		if c.Terminating {
-			a.dying++
+	for f, list := range lists {
+		slices.SortFunc(list, comparePools)
+		a.poolList[f] = list
+		a.reindexPoolsLocked(f, 0)
+		for _, pl := range list {
+			if src, ok := a.poolServiceLocked(pl); ok {
+				a.live[f] = append(a.live[f], src)
+			}
 		}
-		for _, p := range c.Prefixes {
-			pl := a.pools[p.Masked()]
-			if c.Terminating {
-				pl.dying = append(pl.dying, c.Name)
-				continue
+		slices.SortFunc(a.live[f], compareLive)
+		a.renumberLiveLocked(f, 0)
+		a.recountOpenLocked(f)
+	}
+	a.dyingCount.Store(int32(len(a.index.Terminating())))
+}
+
+// cidrChangedLocked brings the pools of the given prefixes up to date,
+// after the index changed a CIDR that held them before (was) or holds them
+// now (is): the cost is that of the prefixes, not of the other CIDRs. A
+// pool is made for a prefix that has none (O(runs) in it, plus a bit per
+// address for a dense one) and dropped once no CIDR holds its prefix.
+func (a *Allocator) cidrChangedLocked(was, is []netip.Prefix) {
+	var changed [2]bool
+	for i, p := range slices.Concat(is, was) {
+		if p = p.Masked(); !p.IsValid() || i >= len(is) && slices.Contains(is, p) {
+			continue
+		}
+		pl := a.pools[p]
+		if len(a.index.WithPrefix(p)) == 0 {
+			if pl != nil {
+				a.dropPoolLocked(pl)
+				changed[pl.fam] = true
 			}
-			if !served[pl] {
-				served[pl] = true
-				a.live[pl.fam] = append(a.live[pl.fam], liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl})
-			}
+			continue
+		}
+		if pl == nil {
+			pl = a.addPoolLocked(p)
+		}
+		a.unserveLocked(pl)
+		if src, ok := a.poolServiceLocked(pl); ok {
+			a.serveLocked(src)
+		}
+		changed[pl.fam] = true
+	}
+	for f := range changed {
+		if changed[f] {
+			a.setFullLocked(f)
 		}
 	}
-	// OldestFirst's order, which chooseNextLocked then follows as is; the
-	// other policies get their candidates in it.
-	a.liveAt = make(map[netip.Prefix]int, len(a.live[0])+len(a.live[1]))
-	for _, live := range a.live {
-		slices.SortStableFunc(live, func(x, y liveSource) int { return compareAge(x.created, x.cidr, y.created, y.cidr) })
-		for i, l := range live {
-			a.liveAt[l.pool.prefix] = i
+	a.dyingCount.Store(int32(len(a.index.Terminating())))
+}
+
+// poolServiceLocked sets pl.dying from the CIDRs holding pl's prefix and
+// returns what serves pl, if any of them is live: the first live one by
+// name, whose revision fences the allocations from pl.
+func (a *Allocator) poolServiceLocked(pl *pool) (liveSource, bool) {
+	var src liveSource
+	served := false
+	pl.dying = nil // a new slice: released() reads it after unlocking
+	for _, c := range a.index.WithPrefix(pl.prefix) {
+		switch {
+		case c.Terminating:
+			pl.dying = append(pl.dying, c.Name)
+		case !served:
+			src, served = liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl}, true
 		}
+	}
+	return src, served
+}
+
+// compareLive is the order of live: OldestFirst's, which chooseNextLocked
+// follows as is and the other policies get their candidates in; the
+// prefix breaks ties, which valid CIDRs never make.
+func compareLive(x, y liveSource) int {
+	if c := compareAge(x.created, x.cidr, y.created, y.cidr); c != 0 {
+		return c
+	}
+	return comparePools(x.pool, y.pool)
+}
+
+// comparePools is the order of poolList: by first address, then prefix.
+func comparePools(x, y *pool) int {
+	if c := x.first.Cmp(y.first); c != 0 {
+		return c
+	}
+	if c := x.prefix.Addr().Compare(y.prefix.Addr()); c != 0 {
+		return c
+	}
+	return x.prefix.Bits() - y.prefix.Bits()
+}
+
+// serveLocked puts src into live, in order.
+func (a *Allocator) serveLocked(src liveSource) {
+	f := src.pool.fam
+	i, _ := slices.BinarySearchFunc(a.live[f], src, compareLive)
+	a.live[f] = slices.Insert(a.live[f], i, src)
+	a.renumberLiveLocked(f, i)
+	if !src.pool.knownFull() {
+		a.open[f]++
+	}
+}
+
+// unserveLocked takes pl out of live, if it is there.
+func (a *Allocator) unserveLocked(pl *pool) {
+	if i := pl.liveAt; i >= 0 {
+		if !pl.knownFull() {
+			a.open[pl.fam]--
+		}
+		a.live[pl.fam] = slices.Delete(a.live[pl.fam], i, i+1)
+		pl.liveAt = -1
+		a.renumberLiveLocked(pl.fam, i)
+	}
+}
+
+// renumberLiveLocked sets liveAt of the pools in live[f][from:].
+func (a *Allocator) renumberLiveLocked(f, from int) {
+	for i := from; i < len(a.live[f]); i++ {
+		a.live[f][i].pool.liveAt = i
+	}
+}
+
+// addPoolLocked makes the pool of p and puts it into pools and poolList.
+func (a *Allocator) addPoolLocked(p netip.Prefix) *pool {
+	pl := a.newPoolLocked(p)
+	a.pools[p] = pl
+	i, _ := slices.BinarySearchFunc(a.poolList[pl.fam], pl, comparePools)
+	a.poolList[pl.fam] = slices.Insert(a.poolList[pl.fam], i, pl)
+	a.reindexPoolsLocked(pl.fam, i)
+	return pl
+}
+
+// dropPoolLocked removes pl, whose prefix no CIDR holds any more.
+func (a *Allocator) dropPoolLocked(pl *pool) {
+	a.unserveLocked(pl)
+	delete(a.pools, pl.prefix)
+	if i, found := slices.BinarySearchFunc(a.poolList[pl.fam], pl, comparePools); found {
+		a.poolList[pl.fam] = slices.Delete(a.poolList[pl.fam], i, i+1)
+		a.reindexPoolsLocked(pl.fam, i)
+	}
+	if pl.bits != nil {
+		a.dropDenseLocked(pl)
 	}
 }
 
 func (a *Allocator) newPoolLocked(p netip.Prefix) *pool {
-	pl := &pool{prefix: p, fam: famIndex(p.Addr())}
+	pl := &pool{prefix: p, fam: famIndex(p.Addr()), liveAt: -1}
 	lower, upper, hasLower, ok := cidrset.Bands(p)
 	if !ok {
 		return pl
@@ -234,12 +326,9 @@ func (a *Allocator) reconcileLoop(ctx context.Context) {
 			return
 		case <-a.kick:
 		}
-		for _, c := range a.CIDRs() {
-			if !c.Terminating {
-				continue
-			}
-			if _, err := a.fin.Reconcile(ctx, c.Name); err != nil && ctx.Err() == nil {
-				a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", c.Name, "err", err)
+		for _, name := range a.terminatingNames() {
+			if _, err := a.fin.Reconcile(ctx, name); err != nil && ctx.Err() == nil {
+				a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
 			}
 		}
 	}
@@ -283,20 +372,29 @@ func (a *Allocator) refreshCIDR(ctx context.Context, name string) {
 	old, known := a.index.Get(name)
 	switch {
 	case err == nil && (!known || old.Revision < c.Revision):
-		a.index = a.index.With(c)
+		a.index.Put(c)
+		a.cidrChangedLocked(old.Prefixes, c.Prefixes)
 	case err != nil && known && isNotFound(err):
-		a.index = a.index.Without(name)
-	default:
-		return
+		a.index.Delete(name)
+		a.cidrChangedLocked(old.Prefixes, nil)
 	}
-	a.syncPoolsLocked()
 }
 
 // view adapts the allocator to finalizer.View.
 type view struct{ a *Allocator }
 
 func (v view) WaitRevision(ctx context.Context, rev int64) error { return v.a.WaitRevision(ctx, rev) }
-func (v view) CIDRs() []cidrset.CIDR                             { return v.a.CIDRs() }
+
+// Overlapping returns clones of the index's CIDRs that overlap p.
+func (v view) Overlapping(p netip.Prefix) []cidrset.CIDR {
+	v.a.mu.Lock()
+	defer v.a.mu.Unlock()
+	out := v.a.index.Overlapping(p)
+	for i := range out {
+		out[i] = out[i].Clone()
+	}
+	return out
+}
 
 // Used yields the used ranges of p while holding mu, as View allows.
 func (v view) Used(p netip.Prefix) iter.Seq[netipx.IPRange] {

@@ -1,50 +1,72 @@
 package cidrset
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
 )
 
-// Index is an immutable set of CIDRs, keyed by name, that answers which
-// CIDRs host-contain an address, cover a prefix or overlap it.
+// Index is a set of CIDRs, keyed by name, that answers which CIDRs
+// host-contain an address, cover a prefix or overlap it, and is changed one
+// CIDR at a time.
 //
 // Lookups hash the query masked to each prefix length in use (at most 33 for
 // IPv4, 129 for IPv6, in practice a handful), so they cost O(lengths), not
-// O(CIDRs). The zero value is an empty index.
+// O(CIDRs); Overlapping adds a binary search for the prefixes inside the
+// query. Put and Delete cost O(log CIDRs) plus copying a few slices of
+// pointers: no rebuild. The zero value is an empty index. An Index is not
+// safe for concurrent use. The slices it returns are shared with it and
+// valid until the next Put or Delete: do not modify or keep them. The
+// CIDRs they point to are never changed (Put stores a new one).
 type Index struct {
-	cidrs    []CIDR // sorted by name
-	byName   map[string]int
-	byPrefix map[netip.Prefix][]int
-	lengths  [2][]int // prefix lengths in use, ascending; [0] IPv4, [1] IPv6
+	byName map[string]*CIDR
+	sorted []*CIDR // by name
+	dying  []*CIDR // the Terminating ones, by name
+	// byPrefix maps each masked prefix in use to the CIDRs holding it, by
+	// name.
+	byPrefix map[netip.Prefix][]*CIDR
+	// starts holds the keys of byPrefix per family ([0] IPv4, [1] IPv6),
+	// by address then length, for the prefixes inside a query.
+	starts [2][]netip.Prefix
+	// lengthUses counts the keys of byPrefix per family and length;
+	// lengths lists the lengths counted, ascending.
+	lengthUses [2][129]int32
+	lengths    [2][]int
 }
 
 // NewIndex returns an index over cidrs (copied). Names are unique: a later
-// CIDR of the same name replaces an earlier one.
+// CIDR of the same name replaces an earlier one. Like every method, it
+// expects valid CIDRs (CIDR.Validate): one with two prefixes of a family
+// may be listed twice by Covering.
 func NewIndex(cidrs []CIDR) *Index {
-	x := &Index{byName: make(map[string]int, len(cidrs)), byPrefix: make(map[netip.Prefix][]int)}
+	x := &Index{byName: make(map[string]*CIDR, len(cidrs)), byPrefix: make(map[netip.Prefix][]*CIDR, len(cidrs))}
 	for _, c := range cidrs {
-		if i, ok := x.byName[c.Name]; ok {
-			x.cidrs[i] = c.Clone()
-			continue
-		}
-		x.byName[c.Name] = len(x.cidrs)
-		x.cidrs = append(x.cidrs, c.Clone())
+		cc := c.Clone()
+		x.byName[c.Name] = &cc
 	}
-	slices.SortFunc(x.cidrs, func(a, b CIDR) int { return strings.Compare(a.Name, b.Name) })
-	for i, c := range x.cidrs {
-		x.byName[c.Name] = i
-		for _, p := range c.Prefixes {
-			p = p.Masked()
-			x.byPrefix[p] = append(x.byPrefix[p], i)
-			f := familyIndex(p.Addr())
-			if !slices.Contains(x.lengths[f], p.Bits()) {
-				x.lengths[f] = append(x.lengths[f], p.Bits())
+	// One sort per list instead of a sorted insert per CIDR.
+	for _, c := range x.byName {
+		x.sorted = append(x.sorted, c)
+	}
+	slices.SortFunc(x.sorted, compareNames)
+	for _, c := range x.sorted {
+		if c.Terminating {
+			x.dying = append(x.dying, c)
+		}
+		for _, p := range usablePrefixes(c) {
+			if _, ok := x.byPrefix[p]; !ok {
+				f := familyIndex(p.Addr())
+				x.starts[f] = append(x.starts[f], p)
+				x.lengthUses[f][p.Bits()]++
 			}
+			x.byPrefix[p] = append(x.byPrefix[p], c)
 		}
 	}
-	slices.Sort(x.lengths[0])
-	slices.Sort(x.lengths[1])
+	for f := range x.starts {
+		slices.SortFunc(x.starts[f], comparePrefixes)
+		x.setLengths(f)
+	}
 	return x
 }
 
@@ -55,29 +77,124 @@ func familyIndex(a netip.Addr) int {
 	return 1
 }
 
-// Len returns the number of CIDRs.
-func (x *Index) Len() int { return len(x.cidrs) }
+func compareNames(a, b *CIDR) int { return strings.Compare(a.Name, b.Name) }
 
-// All returns the CIDRs sorted by name. The slice is shared: do not modify.
-func (x *Index) All() []CIDR { return x.cidrs }
+// comparePrefixes orders prefixes of one family by address, then length.
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Bits(), b.Bits())
+}
+
+// usablePrefixes yields c's valid prefixes, masked, each once.
+func usablePrefixes(c *CIDR) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(c.Prefixes))
+	for _, p := range c.Prefixes {
+		if p.IsValid() && !slices.Contains(out, p.Masked()) {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+func (x *Index) setLengths(f int) {
+	x.lengths[f] = x.lengths[f][:0]
+	for l, n := range x.lengthUses[f] {
+		if n > 0 {
+			x.lengths[f] = append(x.lengths[f], l)
+		}
+	}
+}
+
+// Len returns the number of CIDRs.
+func (x *Index) Len() int { return len(x.sorted) }
+
+// All returns the CIDRs sorted by name.
+func (x *Index) All() []*CIDR { return x.sorted }
+
+// Terminating returns the Terminating CIDRs sorted by name.
+func (x *Index) Terminating() []*CIDR { return x.dying }
+
+// WithPrefix returns the CIDRs holding prefix p (masked), sorted by name.
+func (x *Index) WithPrefix(p netip.Prefix) []*CIDR { return x.byPrefix[p.Masked()] }
 
 // Get returns the CIDR named name.
 func (x *Index) Get(name string) (CIDR, bool) {
-	i, ok := x.byName[name]
+	c, ok := x.byName[name]
 	if !ok {
 		return CIDR{}, false
 	}
-	return x.cidrs[i], true
+	return *c, true
 }
 
-// With returns a new index with c added or replaced.
-func (x *Index) With(c CIDR) *Index {
-	return NewIndex(append(slices.Clone(x.cidrs), c))
+// Put adds c (copied), or replaces the CIDR of its name.
+func (x *Index) Put(c CIDR) {
+	x.Delete(c.Name)
+	if x.byName == nil {
+		x.byName = map[string]*CIDR{}
+		x.byPrefix = map[netip.Prefix][]*CIDR{}
+	}
+	cc := c.Clone()
+	pc := &cc
+	x.byName[c.Name] = pc
+	x.sorted = insertByName(x.sorted, pc)
+	if c.Terminating {
+		x.dying = insertByName(x.dying, pc)
+	}
+	for _, p := range usablePrefixes(pc) {
+		list, ok := x.byPrefix[p]
+		if !ok {
+			f := familyIndex(p.Addr())
+			i, _ := slices.BinarySearchFunc(x.starts[f], p, comparePrefixes)
+			x.starts[f] = slices.Insert(x.starts[f], i, p)
+			if x.lengthUses[f][p.Bits()]++; x.lengthUses[f][p.Bits()] == 1 {
+				x.setLengths(f)
+			}
+		}
+		x.byPrefix[p] = insertByName(list, pc)
+	}
 }
 
-// Without returns a new index without the CIDR named name.
-func (x *Index) Without(name string) *Index {
-	return NewIndex(slices.DeleteFunc(slices.Clone(x.cidrs), func(c CIDR) bool { return c.Name == name }))
+// Delete removes the CIDR named name, and reports whether there was one.
+func (x *Index) Delete(name string) bool {
+	c, ok := x.byName[name]
+	if !ok {
+		return false
+	}
+	delete(x.byName, name)
+	x.sorted = removeByName(x.sorted, c)
+	if c.Terminating {
+		x.dying = removeByName(x.dying, c)
+	}
+	for _, p := range usablePrefixes(c) {
+		list := removeByName(x.byPrefix[p], c)
+		if len(list) > 0 {
+			x.byPrefix[p] = list
+			continue
+		}
+		delete(x.byPrefix, p)
+		f := familyIndex(p.Addr())
+		if i, found := slices.BinarySearchFunc(x.starts[f], p, comparePrefixes); found {
+			x.starts[f] = slices.Delete(x.starts[f], i, i+1)
+		}
+		if x.lengthUses[f][p.Bits()]--; x.lengthUses[f][p.Bits()] == 0 {
+			x.setLengths(f)
+		}
+	}
+	return true
+}
+
+func insertByName(list []*CIDR, c *CIDR) []*CIDR {
+	i, _ := slices.BinarySearchFunc(list, c, compareNames)
+	return slices.Insert(list, i, c)
+}
+
+func removeByName(list []*CIDR, c *CIDR) []*CIDR {
+	if i, found := slices.BinarySearchFunc(list, c, compareNames); found {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
 }
 
 // Containing calls fn for each CIDR and its prefix that host-contains a
@@ -92,8 +209,8 @@ func (x *Index) Containing(a netip.Addr, fn func(c *CIDR, p netip.Prefix) bool) 
 		if err != nil || !HostContains(p, a) {
 			continue
 		}
-		for _, ci := range x.byPrefix[p] {
-			if !fn(&x.cidrs[ci], p) {
+		for _, c := range x.byPrefix[p] {
+			if !fn(c, p) {
 				return
 			}
 		}
@@ -104,6 +221,17 @@ func (x *Index) Containing(a netip.Addr, fn func(c *CIDR, p netip.Prefix) bool) 
 // (p itself included), longest prefix first.
 func (x *Index) Covering(p netip.Prefix) []CIDR {
 	var out []CIDR
+	for _, c := range x.covering(p, nil) {
+		out = append(out, *c)
+	}
+	return out
+}
+
+// covering appends to out the CIDRs Covering returns.
+func (x *Index) covering(p netip.Prefix, out []*CIDR) []*CIDR {
+	if !p.IsValid() {
+		return out
+	}
 	p = p.Masked()
 	ls := x.lengths[familyIndex(p.Addr())]
 	for i := len(ls) - 1; i >= 0; i-- {
@@ -111,24 +239,34 @@ func (x *Index) Covering(p netip.Prefix) []CIDR {
 			continue
 		}
 		q, _ := p.Addr().Prefix(ls[i])
-		for _, ci := range x.byPrefix[q] {
-			out = append(out, x.cidrs[ci])
-		}
+		out = append(out, x.byPrefix[q]...)
 	}
 	return out
 }
 
 // Overlapping returns the CIDRs holding a prefix that shares any address
-// with p, sorted by name.
+// with p, sorted by name. Two prefixes overlap when one contains the other:
+// the ones containing p are found as in Covering, the ones inside it by a
+// binary search for the prefixes starting within p, so the cost is
+// O(lengths + log CIDRs + found).
 func (x *Index) Overlapping(p netip.Prefix) []CIDR {
-	var out []CIDR
-	for _, c := range x.cidrs {
-		for _, q := range c.Prefixes {
-			if q.Overlaps(p) {
-				out = append(out, c)
-				break
-			}
+	found := x.covering(p, nil)
+	if !p.IsValid() {
+		return nil
+	}
+	p = p.Masked()
+	starts := x.starts[familyIndex(p.Addr())]
+	i, _ := slices.BinarySearchFunc(starts, p, comparePrefixes)
+	for ; i < len(starts) && p.Contains(starts[i].Addr()); i++ {
+		if starts[i].Bits() > p.Bits() { // p itself is a cover, found above
+			found = append(found, x.byPrefix[starts[i]]...)
 		}
+	}
+	slices.SortFunc(found, compareNames)
+	found = slices.Compact(found)
+	out := make([]CIDR, len(found))
+	for i, c := range found {
+		out[i] = *c
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"net/netip"
+	"slices"
 	"time"
 
 	"go4.org/netipx"
@@ -19,13 +20,28 @@ type View interface {
 	// WaitRevision blocks until the view reflects the store at revision rev
 	// or later.
 	WaitRevision(ctx context.Context, rev int64) error
-	// CIDRs returns every CIDR the view knows.
-	CIDRs() []cidrset.CIDR
+	// Overlapping returns the CIDRs the view knows (in any state) with a
+	// prefix that shares an address with p. Only these can cover p, so a
+	// decision costs the same however many other CIDRs there are.
+	Overlapping(p netip.Prefix) []cidrset.CIDR
 	// Used yields the allocated addresses inside p as ascending, disjoint
 	// ranges (adjacent ones need not be merged). A caller may stop early,
 	// and the view may hold a lock while it yields: the loop must not call
 	// the view.
 	Used(p netip.Prefix) iter.Seq[netipx.IPRange]
+}
+
+// DecideIn is Decide for target with the CIDRs and addresses of v.
+func DecideIn(v View, target cidrset.CIDR) Decision {
+	var others []cidrset.CIDR
+	for _, p := range target.Prefixes {
+		for _, o := range v.Overlapping(p) {
+			if !slices.ContainsFunc(others, func(c cidrset.CIDR) bool { return c.Name == o.Name }) {
+				others = append(others, o)
+			}
+		}
+	}
+	return Decide(target, others, v.Used)
 }
 
 // Reconciler applies Decide to a CIDR in a store.
@@ -68,7 +84,7 @@ func (r Reconciler) Reconcile(ctx context.Context, name string) (Result, error) 
 		if err := r.View.WaitRevision(ctx, c.Revision); err != nil {
 			return Result{}, err
 		}
-		d := Decide(c, r.View.CIDRs(), r.View.Used)
+		d := DecideIn(r.View, c)
 		if !d.Remove {
 			return Result{Decision: d, CIDR: c}, nil
 		}
