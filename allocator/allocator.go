@@ -89,7 +89,7 @@ type Allocator struct {
 	cfg    config
 	fin    finalizer.Reconciler
 	cancel context.CancelFunc
-	kick   chan struct{} // wakes the background reconciler
+	kick   chan struct{} // wakes the background reconciler for recheck
 	done   chan struct{}
 
 	// mu guards what follows. Over a store.Locked store it is the store's
@@ -132,8 +132,11 @@ type Allocator struct {
 	// that the pools containing an address are found by a binary search
 	// and a short walk back (poolsAt).
 	reach [2][]u128.U128
-	live  [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
-	cands []Candidate     // scratch for Policy, reused under mu
+	// recheck names the Terminating CIDRs the background reconciler is
+	// to look at again (recheckLocked).
+	recheck map[string]struct{}
+	live    [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
+	cands   []Candidate     // scratch for Policy, reused under mu
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are
@@ -873,8 +876,7 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 // first: a store that tells watchers later (etcd) would otherwise still
 // show addr in use, and the CIDR would stay until something else changed.
 // Failures are logged, not returned: the address is free either way, and
-// the background reconciler removes the CIDR once the watch shows the
-// release.
+// the background reconciler checks the CIDR again.
 func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64) {
 	if a.dyingCount.Load() == 0 {
 		return
@@ -894,6 +896,7 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64
 	for _, name := range dying {
 		if _, err := a.fin.Reconcile(ctx, name); err != nil {
 			a.cfg.logger.Warn("re-checking terminating CIDR", "cidr", name, "err", err)
+			a.recheckLater(name)
 		}
 	}
 }

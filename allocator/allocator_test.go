@@ -396,6 +396,96 @@ func TestBlockedDeletionIsRecheckedWhenACoveringCIDRAppears(t *testing.T) {
 	}
 }
 
+// readCounter counts the CIDR reads a finalizer check starts with, per
+// name. It hides the memory store's locked path.
+type readCounter struct {
+	store.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (r *readCounter) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
+	r.mu.Lock()
+	r.reads[name]++
+	r.mu.Unlock()
+	return r.Store.GetCIDR(ctx, name)
+}
+
+func (r *readCounter) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads[name]
+}
+
+// A blocked deletion can be unblocked by a release of one of its addresses
+// or by a live CIDR covering them, and by nothing else: only the CIDRs a
+// change may unblock are checked again, so blocked CIDRs cost nothing
+// while unrelated CIDRs and addresses change. Those it may unblock are
+// checked, at once or by the background reconciler when the change comes
+// from elsewhere.
+func TestBlockedDeletionIsRecheckedOnlyByWhatMayUnblockIt(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	counter := &readCounter{Store: st, reads: map[string]int{}}
+	a, err := allocator.New(ctx, counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "live", pfx("10.5.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, prefix, addr string }{{"b1", "10.1.0.0/24", "10.1.0.9"}, {"b2", "10.2.0.0/24", "10.2.0.9"}} {
+		if _, err := a.CreateCIDR(ctx, c.name, pfx(c.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		mustStatic(t, a, c.addr, c.name)
+		if err := a.DeleteCIDR(ctx, c.name); !errors.Is(err, allocator.ErrDeletionBlocked) {
+			t.Fatalf("DeleteCIDR(%s) = %v, want blocked", c.name, err)
+		}
+	}
+	// settle gives the background reconciler time to act on what it was
+	// told; a check it makes only shows as a read.
+	settle := func() { time.Sleep(100 * time.Millisecond) }
+	settle()
+	before := counter.count("b2")
+	if _, err := a.CreateCIDR(ctx, "elsewhere", pfx("172.16.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	mustStatic(t, a, "10.5.0.7", "live")
+	if _, err := a.CreateCIDR(ctx, "cover", pfx("10.1.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetCIDR(ctx, "b1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("b1 kept after a covering CIDR appeared: %v", err)
+	}
+	if err := a.Release(ctx, ip("10.5.0.7")); err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	if n := counter.count("b2"); n != before {
+		t.Fatalf("b2 was checked %d times on changes that cannot unblock it", n-before)
+	}
+	// A release by another allocator reaches this one through the watch
+	// only: its background reconciler must remove b2.
+	if _, _, err := st.DeleteAddress(ctx, ip("10.2.0.9")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err := st.GetCIDR(ctx, "b2")
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b2 still there after its last address was released elsewhere: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestNetworkAndBroadcastRecordsNeverBlockDeletion(t *testing.T) {
 	ctx := context.Background()
 	a, st := newAllocator(t, []string{"wide=10.0.0.0/8", "small=10.96.0.0/28"})

@@ -7,9 +7,11 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/cputime"
 	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store/memory"
@@ -208,4 +210,80 @@ func BenchmarkReleaseInTerminatingCIDR(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkBesideBlockedCIDRs runs CIDR changes and releases beside n
+// Terminating /24 CIDRs that each stay blocked by two addresses (the pod
+// ranges of drained nodes, say). Neither operation can unblock those
+// CIDRs, so neither should re-check them: ns/op and cpu-ns/op, which
+// counts the background reconciler too, must not grow with n.
+func BenchmarkBesideBlockedCIDRs(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{10, 1000} {
+		setup := func(b *testing.B) (*allocator.Allocator, *memory.Store) {
+			st := memory.New()
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = a.Close() })
+			for i := range n {
+				name := fmt.Sprintf("node-%04d", i)
+				if _, err := a.CreateCIDR(ctx, name, netip.PrefixFrom(node(i, 0), 24)); err != nil {
+					b.Fatal(err)
+				}
+				for j := range 2 {
+					if _, err := a.Allocate(ctx, node(i, 100+j), svc(fmt.Sprintf("%s-%d", name, j))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := a.DeleteCIDR(ctx, name); !errors.Is(err, allocator.ErrDeletionBlocked) {
+					b.Fatalf("DeleteCIDR(%s) = %v, want blocked", name, err)
+				}
+			}
+			return a, st
+		}
+		b.Run(fmt.Sprintf("op=create-delete/blocked=%d", n), func(b *testing.B) {
+			a, _ := setup(b)
+			extra := netip.MustParsePrefix("172.16.0.0/24")
+			measureCPU(b, func() {
+				if _, err := a.CreateCIDR(ctx, "extra", extra); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.DeleteCIDR(ctx, "extra"); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("op=release/blocked=%d", n), func(b *testing.B) {
+			a, st := setup(b)
+			x := node(0, 100)
+			measureCPU(b, func() {
+				if err := a.Release(ctx, x); err != nil {
+					b.Fatal(err)
+				}
+				// Back without a fence: a Terminating CIDR takes no allocation.
+				if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: x, Parent: svc("back")}}); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// node returns address host of the i-th node's /24, 10.x.y.0/24.
+func node(i, host int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(host)})
+}
+
+// measureCPU runs op in b.Loop and reports the process's CPU time per op,
+// background goroutines included, once they have settled.
+func measureCPU(b *testing.B, op func()) {
+	time.Sleep(50 * time.Millisecond) // let the setup's reconciles finish
+	start := cputime.Process()
+	for b.Loop() {
+		op()
+	}
+	time.Sleep(20 * time.Millisecond) // and the loop's last ones
+	b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -62,7 +62,7 @@ func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...net
 		return created, err
 	}
 	a.cfg.logger.Info("CIDR created", "cidr", name, "prefixes", prefixes)
-	a.reconcileTerminating(ctx)
+	a.reconcileCoveredBy(ctx, created)
 	return created, nil
 }
 
@@ -102,7 +102,7 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 		if err := a.WaitRevision(ctx, got.Revision); err != nil {
 			return got, err
 		}
-		a.reconcileTerminating(ctx)
+		a.reconcileCoveredBy(ctx, got)
 		return got, nil
 	}
 }
@@ -145,29 +145,37 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	return &DeletionBlockedError{CIDR: name, Blocking: res.Blocking}
 }
 
-// reconcileTerminating re-checks every Terminating CIDR now.
-func (a *Allocator) reconcileTerminating(ctx context.Context) {
-	for _, name := range a.terminatingNames() {
+// reconcileCoveredBy re-checks now the Terminating CIDRs that c, just
+// created or given a prefix, overlaps: no other can be unblocked by it.
+func (a *Allocator) reconcileCoveredBy(ctx context.Context, c cidrset.CIDR) {
+	a.mu.Lock()
+	names := a.terminatingOverlappingLocked(c)
+	a.mu.Unlock()
+	for _, name := range names {
 		res, err := a.fin.Reconcile(ctx, name)
 		switch {
 		case err != nil:
 			a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
+			a.recheckLater(name)
 		case res.Removed:
 			a.cfg.logger.Info("CIDR removed", "cidr", name)
 		}
 	}
 }
 
-// terminatingNames returns the names of the Terminating CIDRs, by name.
-func (a *Allocator) terminatingNames() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	dying := a.index.Terminating()
-	out := make([]string, len(dying))
-	for i, c := range dying {
-		out[i] = c.Name
+// terminatingOverlappingLocked returns the names of the Terminating CIDRs
+// that overlap a prefix of c, sorted, c itself left out.
+func (a *Allocator) terminatingOverlappingLocked(c cidrset.CIDR) []string {
+	var out []string
+	for _, p := range c.Prefixes {
+		for _, o := range a.index.Overlapping(p) {
+			if o.Terminating && o.Name != c.Name {
+				out = append(out, o.Name)
+			}
+		}
 	}
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // EnsureDefault makes sure the default CIDR (cidrset.DefaultName) exists

@@ -99,9 +99,9 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	}
 }
 
-// markFreeLocked removes addr from the used addresses; it reports whether
-// a Terminating CIDR contains it, so the finalizer should look again.
-func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
+// markFreeLocked removes addr from the used addresses, and has the
+// Terminating CIDRs containing it checked again.
+func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	removed, dense := false, false
 	for pl := range a.poolsAt(fam, x) {
@@ -116,17 +116,17 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) bool {
 		removed = a.sparse[fam].Remove(x)
 	}
 	if !removed {
-		return false
+		return
 	}
-	dying := false
 	for pl := range a.poolsAt(fam, x) {
 		wasFull := pl.used == pl.size
 		if pl.used = pl.used.Dec(); wasFull {
 			a.fullnessChangedLocked(pl, false)
 		}
-		dying = dying || len(pl.dying) > 0
+		for _, name := range pl.dying {
+			a.recheckLocked(name)
+		}
 	}
-	return dying
 }
 
 // denseSegments yields the parts of [lo, hi] inside dense pools, each with

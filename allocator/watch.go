@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"iter"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -55,7 +56,9 @@ func (w watcher) Reset(s store.Snapshot) {
 	a.recountOpenLocked(0)
 	a.recountOpenLocked(1)
 	a.advanceLocked(s.Revision)
-	a.kickReconciler()
+	for _, c := range a.index.Terminating() {
+		a.recheckLocked(c.Name)
+	}
 }
 
 func (w watcher) Apply(e store.Event) {
@@ -72,7 +75,7 @@ func (w watcher) Apply(e store.Event) {
 		}
 		a.index.Put(e.CIDR)
 		a.cidrChangedLocked(old.Prefixes, e.CIDR.Prefixes)
-		a.kickReconciler()
+		a.recheckAfterPutLocked(e.CIDR)
 	case store.CIDRDeleted:
 		if old, existed := a.index.Get(e.CIDR.Name); existed {
 			a.index.Delete(old.Name)
@@ -95,8 +98,8 @@ func (w watcher) AddressChanged(kind store.EventKind, addr netip.Addr, rev int64
 func (a *Allocator) addressChangedLocked(kind store.EventKind, addr netip.Addr) {
 	if kind == store.AddressPut {
 		a.markUsedLocked(addr)
-	} else if a.markFreeLocked(addr) {
-		a.kickReconciler()
+	} else {
+		a.markFreeLocked(addr)
 	}
 }
 
@@ -307,17 +310,45 @@ func (a *Allocator) newPoolLocked(p netip.Prefix) *pool {
 	return pl
 }
 
-// kickReconciler wakes the background reconciler without blocking.
-func (a *Allocator) kickReconciler() {
+// recheckLocked has the background reconciler look at the Terminating
+// CIDR name again.
+func (a *Allocator) recheckLocked(name string) {
+	if a.recheck == nil {
+		a.recheck = map[string]struct{}{}
+	}
+	a.recheck[name] = struct{}{}
 	select {
 	case a.kick <- struct{}{}:
 	default:
 	}
 }
 
-// reconcileLoop re-checks Terminating CIDRs when the watch shows a change
-// that may unblock one: an address released (by any allocator), a CIDR
-// created or changed.
+// recheckLater is recheckLocked for a caller not holding mu: a check that failed
+// is handed to the background reconciler.
+func (a *Allocator) recheckLater(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recheckLocked(name)
+}
+
+// recheckAfterPutLocked has the background reconciler look again at what
+// the put of c may unblock: c itself if it is Terminating; if it is live,
+// the Terminating CIDRs it overlaps, whose addresses it may now cover.
+// Nothing else can be unblocked by it.
+func (a *Allocator) recheckAfterPutLocked(c cidrset.CIDR) {
+	if c.Terminating {
+		a.recheckLocked(c.Name)
+		return
+	}
+	for _, name := range a.terminatingOverlappingLocked(c) {
+		a.recheckLocked(name)
+	}
+}
+
+// reconcileLoop re-checks the Terminating CIDRs that a change shown by the
+// watch may have unblocked (recheckLocked): one whose addresses were
+// released by any allocator, one that a CIDR created or changed overlaps.
+// A check that fails is tried again on the next change.
 func (a *Allocator) reconcileLoop(ctx context.Context) {
 	defer close(a.done)
 	for {
@@ -326,9 +357,16 @@ func (a *Allocator) reconcileLoop(ctx context.Context) {
 			return
 		case <-a.kick:
 		}
-		for _, name := range a.terminatingNames() {
+		a.mu.Lock()
+		names := slices.Sorted(maps.Keys(a.recheck))
+		clear(a.recheck)
+		a.mu.Unlock()
+		for _, name := range names {
 			if _, err := a.fin.Reconcile(ctx, name); err != nil && ctx.Err() == nil {
 				a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
+				a.mu.Lock()
+				a.recheck[name] = struct{}{}
+				a.mu.Unlock()
 			}
 		}
 	}
@@ -374,6 +412,7 @@ func (a *Allocator) refreshCIDR(ctx context.Context, name string) {
 	case err == nil && (!known || old.Revision < c.Revision):
 		a.index.Put(c)
 		a.cidrChangedLocked(old.Prefixes, c.Prefixes)
+		a.recheckAfterPutLocked(c) // the watch's event for c will be skipped
 	case err != nil && known && isNotFound(err):
 		a.index.Delete(name)
 		a.cidrChangedLocked(old.Prefixes, nil)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/cputime"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 )
@@ -188,7 +189,7 @@ func parallel(b *testing.B, callers int, op func(i int) error) (elapsed time.Dur
 	var wg sync.WaitGroup
 	var failed atomic.Bool
 	b.ResetTimer()
-	start, cpu := time.Now(), processCPU()
+	start, cpu := time.Now(), cputime.Process()
 	for range callers {
 		wg.Go(func() {
 			for {
@@ -205,7 +206,7 @@ func parallel(b *testing.B, callers int, op func(i int) error) (elapsed time.Dur
 		})
 	}
 	wg.Wait()
-	elapsed, cpu = time.Since(start), processCPU()-cpu
+	elapsed, cpu = time.Since(start), cputime.Process()-cpu
 	b.StopTimer()
 	cpuPerOp = float64(cpu.Microseconds()) / float64(b.N)
 	b.ReportMetric(cpuPerOp, "cpu-µs/op")
