@@ -108,9 +108,10 @@ type Allocator struct {
 	// pool.knownFull), so that AllocateNext on a full range fails without
 	// taking mu. Set under mu whenever live or a pool's count changes.
 	full [2]atomic.Bool
-	// open counts, per family, the pools in live that are not known full:
-	// full is set from it, whatever the number of CIDRs.
-	open [2]int
+	// open marks, per family, the pools of live that are not known full,
+	// by their place in live: full is set from it, and a walk over live
+	// skips full pools a word at a time.
+	open [2]bitList
 	// scratch for allocations over a locked store, used under mu.
 	recBuf   [2]ipaddress.IPAddress
 	fenceBuf [2]store.Fence
@@ -621,9 +622,9 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	// its counters.
 	switch a.cfg.policy.(type) {
 	case oldestFirst:
-		return a.walkLiveLocked(live, 0, skip)
+		return a.walkLiveLocked(fam, 0, skip)
 	case randomOrder:
-		return a.walkLiveLocked(live, rand.IntN(len(live)), skip)
+		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip)
 	case mostFree:
 		best, bestFree := 0, u128.U128{}
 		for i, l := range live {
@@ -638,7 +639,7 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 		// the general path below tries the next ones in order.
 	}
 	if len(live) == 1 { // no order to ask for
-		return a.walkLiveLocked(live, 0, skip)
+		return a.walkLiveLocked(fam, 0, skip)
 	}
 	cands := a.cands[:0]
 	for _, l := range live {
@@ -673,16 +674,16 @@ func (a *Allocator) liveIndexLocked(fam int, p netip.Prefix) (int, bool) {
 	return pl.liveAt, true
 }
 
-// walkLiveLocked tries live's pools in order from first, wrapping around.
-// The first tried is the one to blame if all are full.
-func (a *Allocator) walkLiveLocked(live []liveSource, first int, skip []netip.Addr) (choice, error) {
-	i := first
-	for range live {
-		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
-			return live[i].choice(x), nil
-		}
-		if i++; i == len(live) {
-			i = 0
+// walkLiveLocked tries the pools of live[fam] in order from first,
+// wrapping around, skipping those known full by their marks in open. The
+// first is the one to blame if all are full.
+func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr) (choice, error) {
+	live, open := a.live[fam], &a.open[fam]
+	for _, span := range [2][2]int{{first, len(live)}, {0, first}} {
+		for i := open.next(span[0]); i >= 0 && i < span[1]; i = open.next(i + 1) {
+			if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
+				return live[i].choice(x), nil
+			}
 		}
 	}
 	return live[first].full(), ErrFull
@@ -709,20 +710,18 @@ func (a *Allocator) knownFull(reqs ...request) bool {
 	return false
 }
 
-// recountOpenLocked recounts open[fam] from live, and sets full[fam].
-func (a *Allocator) recountOpenLocked(fam int) {
-	a.open[fam] = 0
-	for _, l := range a.live[fam] {
-		if !l.pool.knownFull() {
-			a.open[fam]++
-		}
+// remarkOpenLocked marks open[fam] anew from live, and sets full[fam].
+func (a *Allocator) remarkOpenLocked(fam int) {
+	a.open[fam].reset(len(a.live[fam]))
+	for i, l := range a.live[fam] {
+		a.open[fam].set(i, !l.pool.knownFull())
 	}
 	a.setFullLocked(fam)
 }
 
 // setFullLocked sets full[fam] from open[fam].
 func (a *Allocator) setFullLocked(fam int) {
-	a.full[fam].Store(len(a.live[fam]) > 0 && a.open[fam] == 0)
+	a.full[fam].Store(len(a.live[fam]) > 0 && !a.open[fam].any())
 }
 
 // fullnessChangedLocked keeps open and full when pl's used count has just
@@ -732,11 +731,7 @@ func (a *Allocator) fullnessChangedLocked(pl *pool, nowFull bool) {
 	if pl.liveAt < 0 || !pl.excluded.IsZero() {
 		return
 	}
-	if nowFull {
-		a.open[pl.fam]--
-	} else {
-		a.open[pl.fam]++
-	}
+	a.open[pl.fam].set(pl.liveAt, !nowFull)
 	a.setFullLocked(pl.fam)
 }
 

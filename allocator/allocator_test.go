@@ -967,6 +967,40 @@ func TestRandomOrderTriesEveryCIDRFirstAlike(t *testing.T) {
 	}
 }
 
+// TestEveryPolicyFindsTheOneCIDRWithRoom: whatever CIDR a policy tries
+// first, and however many full ones it skips, it goes on to the one with
+// room, wrapping around the order; here that is the oldest.
+func TestEveryPolicyFindsTheOneCIDRWithRoom(t *testing.T) {
+	ctx := context.Background()
+	for name, policy := range map[string]allocator.Policy{"oldest": allocator.OldestFirst(), "random": allocator.RandomOrder(), "most-free": allocator.MostFree()} {
+		t.Run(name, func(t *testing.T) {
+			cidrs := []string{"c000=10.0.0.0/28"}
+			for i := 1; i < 150; i++ { // full ones span three words of marks
+				cidrs = append(cidrs, fmt.Sprintf("c%03d=10.%d.%d.0/30", i, i/100+1, i%100))
+			}
+			a, _ := newAllocator(t, cidrs, allocator.WithPolicy(policy))
+			for _, c := range cidrs[1:] {
+				r, _ := cidrset.HostRange(pfx(c[strings.Index(c, "=")+1:]))
+				for x := r.From(); ; x = x.Next() {
+					mustStatic(t, a, x.String(), "fill"+x.String())
+					if x == r.To() {
+						break
+					}
+				}
+			}
+			for i := range 100 {
+				x := mustNext(t, a, ipaddress.IPv4, fmt.Sprint("o", i))
+				if !pfx("10.0.0.0/28").Contains(x) {
+					t.Fatalf("allocated %s, in a full CIDR", x)
+				}
+				if err := a.Release(ctx, x); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // TestPoolsSharingAFirstAddressBothCountIt: nested CIDRs whose host
 // ranges start at the same address both count an allocation of exactly
 // that address, and both see it released.

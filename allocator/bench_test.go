@@ -120,17 +120,65 @@ func BenchmarkAllocateNextReleaseManyCIDRs(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer a.Close()
-				owner := svc("bench")
 				b.ReportAllocs()
-				for b.Loop() {
-					r, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
-					if err != nil {
+				allocateNextRelease(b, a)
+			})
+		}
+	}
+}
+
+// allocateNextRelease is the measured loop: AllocateNext of an IPv4
+// address, and its Release.
+func allocateNextRelease(b *testing.B, a *allocator.Allocator) {
+	ctx, owner := context.Background(), svc("bench")
+	for b.Loop() {
+		r, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Release(ctx, r.Addr); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAllocateNextReleaseBesideFullCIDRs allocates and releases when
+// the n oldest CIDRs are full and only the newest has room (a range grown
+// by adding CIDRs as the earlier ones filled): the policies skip full
+// CIDRs by their open marks, 64 at a time.
+func BenchmarkAllocateNextReleaseBesideFullCIDRs(b *testing.B) {
+	ctx := context.Background()
+	policies := []struct {
+		name string
+		p    allocator.Policy
+	}{{"oldest-first", allocator.OldestFirst()}, {"random", allocator.RandomOrder()}}
+	for _, pol := range policies {
+		for _, n := range []int{10, 1000} {
+			b.Run(fmt.Sprintf("policy=%s/full=%d", pol.name, n), func(b *testing.B) {
+				st := memory.New()
+				var held []ipaddress.IPAddress
+				for i := range n {
+					p := netip.PrefixFrom(node(i, 0), 28)
+					if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: fmt.Sprintf("node-%04d", i), Prefixes: []netip.Prefix{p}}); err != nil {
 						b.Fatal(err)
 					}
-					if err := a.Release(ctx, r.Addr); err != nil {
-						b.Fatal(err)
+					r, _ := cidrset.HostRange(p)
+					for x := r.From(); r.Contains(x); x = x.Next() {
+						held = append(held, ipaddress.IPAddress{Addr: x, Parent: svc(fmt.Sprint("held-", x))})
 					}
 				}
+				if _, err := st.CreateAddresses(ctx, held); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "room", Prefixes: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/24")}}); err != nil {
+					b.Fatal(err)
+				}
+				a, err := allocator.New(ctx, st, allocator.WithPolicy(pol.p))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer a.Close()
+				allocateNextRelease(b, a)
 			})
 		}
 	}

@@ -182,14 +182,18 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 				return fmt.Errorf("pool %s: liveAt %d is wrong", pl.prefix, i)
 			}
 		}
-		open := 0
-		for _, l := range wantLive[f] {
-			if !l.pool.knownFull() {
-				open++
-			}
+		full := len(wantLive[f]) > 0
+		if a.open[f].len() != len(wantLive[f]) {
+			return fmt.Errorf("open[%d] has %d marks for %d live pools", f, a.open[f].len(), len(wantLive[f]))
 		}
-		if full := len(wantLive[f]) > 0 && open == 0; a.open[f] != open || a.full[f].Load() != full {
-			return fmt.Errorf("open[%d] = %d, full %v; want %d, %v", f, a.open[f], a.full[f].Load(), open, full)
+		for i, l := range wantLive[f] {
+			if a.open[f].get(i) != !l.pool.knownFull() {
+				return fmt.Errorf("open[%d] marks %s (known full: %v) as %v", f, l.pool.prefix, l.pool.knownFull(), a.open[f].get(i))
+			}
+			full = full && l.pool.knownFull()
+		}
+		if a.full[f].Load() != full {
+			return fmt.Errorf("full[%d] = %v, want %v", f, !full, full)
 		}
 	}
 	return nil

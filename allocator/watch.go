@@ -53,8 +53,8 @@ func (w watcher) Reset(s store.Snapshot) {
 	for _, pl := range a.pools {
 		pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
 	}
-	a.recountOpenLocked(0)
-	a.recountOpenLocked(1)
+	a.remarkOpenLocked(0)
+	a.remarkOpenLocked(1)
 	a.advanceLocked(s.Revision)
 	for _, c := range a.index.Terminating() {
 		a.recheckLocked(c.Name)
@@ -155,7 +155,7 @@ func (a *Allocator) buildPoolsLocked() {
 		}
 		slices.SortFunc(a.live[f], compareLive)
 		a.renumberLiveLocked(f, 0)
-		a.recountOpenLocked(f)
+		a.remarkOpenLocked(f)
 	}
 	a.dyingCount.Store(int32(len(a.index.Terminating())))
 }
@@ -240,18 +240,14 @@ func (a *Allocator) serveLocked(src liveSource) {
 	f := src.pool.fam
 	i, _ := slices.BinarySearchFunc(a.live[f], src, compareLive)
 	a.live[f] = slices.Insert(a.live[f], i, src)
+	a.open[f].insert(i, !src.pool.knownFull())
 	a.renumberLiveLocked(f, i)
-	if !src.pool.knownFull() {
-		a.open[f]++
-	}
 }
 
 // unserveLocked takes pl out of live, if it is there.
 func (a *Allocator) unserveLocked(pl *pool) {
 	if i := pl.liveAt; i >= 0 {
-		if !pl.knownFull() {
-			a.open[pl.fam]--
-		}
+		a.open[pl.fam].remove(i)
 		a.live[pl.fam] = slices.Delete(a.live[pl.fam], i, i+1)
 		pl.liveAt = -1
 		a.renumberLiveLocked(pl.fam, i)
