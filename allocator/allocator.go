@@ -112,6 +112,9 @@ type Allocator struct {
 	// by their place in live: full is set from it, and a walk over live
 	// skips full pools a word at a time.
 	open [2]bitList
+	// mostFree holds MostFree's choice per family, when that is the
+	// policy; nil otherwise.
+	mostFree [2]*freeTree
 	// scratch for allocations over a locked store, used under mu.
 	recBuf   [2]ipaddress.IPAddress
 	fenceBuf [2]store.Fence
@@ -213,6 +216,9 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	}
 	if a.cfg.policy == nil {
 		a.cfg.policy = OldestFirst()
+	}
+	if _, ok := a.cfg.policy.(mostFree); ok {
+		a.mostFree = [2]*freeTree{{}, {}}
 	}
 	if a.cfg.logger == nil {
 		a.cfg.logger = slog.New(slog.DiscardHandler)
@@ -626,12 +632,7 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	case randomOrder:
 		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip)
 	case mostFree:
-		best, bestFree := 0, u128.U128{}
-		for i, l := range live {
-			if free := l.pool.size.Sub(l.pool.used); bestFree.Less(free) {
-				best, bestFree = i, free
-			}
-		}
+		best := a.mostFree[fam].best()
 		if x, ok := a.nextInPoolLocked(live[best].pool, skip); ok {
 			return live[best].choice(x), nil
 		}
@@ -717,6 +718,21 @@ func (a *Allocator) remarkOpenLocked(fam int) {
 		a.open[fam].set(i, !l.pool.knownFull())
 	}
 	a.setFullLocked(fam)
+}
+
+// liveChangedLocked rebuilds what follows the places in live[fam] as a
+// whole, after live[fam] changed.
+func (a *Allocator) liveChangedLocked(fam int) {
+	if t := a.mostFree[fam]; t != nil {
+		t.build(a.live[fam])
+	}
+}
+
+// countChangedLocked follows a change of pl's used count.
+func (a *Allocator) countChangedLocked(pl *pool) {
+	if t := a.mostFree[pl.fam]; t != nil && pl.liveAt >= 0 {
+		t.update(pl.liveAt, pl.size.Sub(pl.used))
+	}
 }
 
 // setFullLocked sets full[fam] from open[fam].

@@ -43,6 +43,9 @@ func TestCIDRChangesKeepWhatIsDerivedFromTheIndex(t *testing.T) {
 		ctx := context.Background()
 		st := memory.New()
 		var opts []Option
+		if rapid.Bool().Draw(rt, "mostFree") {
+			opts = append(opts, WithPolicy(MostFree()))
+		}
 		if rapid.Bool().Draw(rt, "excluded") {
 			// A pool holding it is never known full.
 			opts = append(opts, WithExcluded(netipx.IPRangeFrom(netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("10.0.1.2"))))
@@ -194,6 +197,21 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 		}
 		if a.full[f].Load() != full {
 			return fmt.Errorf("full[%d] = %v, want %v", f, !full, full)
+		}
+		if t := a.mostFree[f]; t != nil && len(wantLive[f]) > 0 {
+			best, bestFree := 0, u128.U128{}
+			for i, l := range wantLive[f] {
+				free := l.pool.size.Sub(l.pool.used)
+				if bestFree.Less(free) {
+					best, bestFree = i, free
+				}
+				if t.free[t.leaves+i] != free {
+					return fmt.Errorf("MostFree's tree has %v free at place %d of live[%d], the pool %v", t.free[t.leaves+i], i, f, free)
+				}
+			}
+			if t.best() != best {
+				return fmt.Errorf("MostFree's tree chooses place %d of live[%d], a scan %d", t.best(), f, best)
+			}
 		}
 	}
 	return nil

@@ -93,8 +93,9 @@ func compareAge(created1 time.Time, name1 string, created2 time.Time, name2 stri
 }
 
 // MostFree prefers the CIDR with the most free addresses, spreading load
-// (the oldest first among equals). The allocator finds that CIDR in one
-// pass rather than asking for the whole order.
+// (the oldest first among equals). The allocator keeps that CIDR at hand,
+// at O(log CIDRs) per allocation and release, rather than asking for the
+// whole order.
 func MostFree() Policy { return mostFree{} }
 
 type mostFree struct{}

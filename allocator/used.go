@@ -96,6 +96,7 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 		if pl.used = pl.used.Inc(); pl.used == pl.size {
 			a.fullnessChangedLocked(pl, true)
 		}
+		a.countChangedLocked(pl)
 	}
 }
 
@@ -123,6 +124,7 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 		if pl.used = pl.used.Dec(); wasFull {
 			a.fullnessChangedLocked(pl, false)
 		}
+		a.countChangedLocked(pl)
 		for _, name := range pl.dying {
 			a.recheckLocked(name)
 		}

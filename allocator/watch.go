@@ -53,8 +53,10 @@ func (w watcher) Reset(s store.Snapshot) {
 	for _, pl := range a.pools {
 		pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
 	}
-	a.remarkOpenLocked(0)
-	a.remarkOpenLocked(1)
+	for f := range a.live {
+		a.remarkOpenLocked(f)
+		a.liveChangedLocked(f) // the counts changed
+	}
 	a.advanceLocked(s.Revision)
 	for _, c := range a.index.Terminating() {
 		a.recheckLocked(c.Name)
@@ -191,6 +193,7 @@ func (a *Allocator) cidrChangedLocked(was, is []netip.Prefix) {
 	for f := range changed {
 		if changed[f] {
 			a.setFullLocked(f)
+			a.liveChangedLocked(f)
 		}
 	}
 	a.dyingCount.Store(int32(len(a.index.Terminating())))
