@@ -89,7 +89,7 @@ type Allocator struct {
 	cfg    config
 	fin    finalizer.Reconciler
 	cancel context.CancelFunc
-	kick   chan struct{} // wakes the background reconciler for recheck
+	kick   chan struct{} // wakes the background reconciler to read recheck
 	done   chan struct{}
 
 	// mu guards what follows. Over a store.Locked store it is the store's
@@ -164,8 +164,9 @@ type pool struct {
 	used        u128.U128 // allocated within [first, last]
 	excluded    u128.U128 // excluded within [first, last]
 	dying       []string  // Terminating CIDRs with this prefix
-	// liveAt is the pool's place in live, or -1: a candidate a Policy
-	// returns is found by its prefix, whatever order it put them in.
+	// liveAt is the pool's place in live, or -1. It finds the pool's mark
+	// in open and its leaf in mostFree, and the place of a candidate a
+	// Policy returns, whatever order it put them in.
 	liveAt int
 	// bits holds the used addresses of [first, last], offset by first,
 	// when the pool is dense (used.go); nil otherwise.
