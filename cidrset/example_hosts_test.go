@@ -38,3 +38,19 @@ func ExampleIndex_Containing() {
 	})
 	// Output: wide 10.96.0.0/16
 }
+
+func ExampleIndex_Put() {
+	var x cidrset.Index // the zero value is an empty index
+	x.Put(cidrset.CIDR{Name: "services", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}})
+	x.Put(cidrset.CIDR{Name: "extra", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.8.0/24")}})
+	x.Put(cidrset.CIDR{Name: "other", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24")}})
+	for _, c := range x.Overlapping(netip.MustParsePrefix("10.96.0.0/20")) {
+		fmt.Println("overlaps 10.96.0.0/20:", c.Name)
+	}
+	x.Delete("extra")
+	fmt.Println("after Delete:", len(x.Overlapping(netip.MustParsePrefix("10.96.0.0/20"))), "of", x.Len())
+	// Output:
+	// overlaps 10.96.0.0/20: extra
+	// overlaps 10.96.0.0/20: services
+	// after Delete: 1 of 2
+}
