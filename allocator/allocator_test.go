@@ -417,6 +417,16 @@ func (r *readCounter) count(name string) int {
 	return r.reads[name]
 }
 
+func (r *readCounter) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.reads {
+		n += c
+	}
+	return n
+}
+
 // A blocked deletion can be unblocked by a release of one of its addresses
 // or by a live CIDR covering them, and by nothing else: only the CIDRs a
 // change may unblock are checked again, so blocked CIDRs cost nothing
@@ -444,9 +454,19 @@ func TestBlockedDeletionIsRecheckedOnlyByWhatMayUnblockIt(t *testing.T) {
 			t.Fatalf("DeleteCIDR(%s) = %v, want blocked", c.name, err)
 		}
 	}
-	// settle gives the background reconciler time to act on what it was
-	// told; a check it makes only shows as a read.
-	settle := func() { time.Sleep(100 * time.Millisecond) }
+	// settle waits until no check has started for a while, so that the
+	// background reconciler has acted on what it was told: a check it
+	// makes only shows as a read.
+	settle := func() {
+		for n, quiet := counter.total(), 0; quiet < 3; {
+			time.Sleep(40 * time.Millisecond)
+			if m := counter.total(); m != n {
+				n, quiet = m, 0
+				continue
+			}
+			quiet++
+		}
+	}
 	settle()
 	before := counter.count("b2")
 	if _, err := a.CreateCIDR(ctx, "elsewhere", pfx("172.16.0.0/24")); err != nil {
