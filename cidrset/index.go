@@ -14,8 +14,9 @@ import (
 // Lookups hash the query masked to each prefix length in use (at most 33 for
 // IPv4, 129 for IPv6, in practice a handful), so they cost O(lengths), not
 // O(CIDRs); Overlapping adds a binary search for the prefixes inside the
-// query. Put and Delete cost O(log CIDRs) plus copying a few slices of
-// pointers: no rebuild. The zero value is an empty index. An Index is not
+// query. Put and Delete update two maps and insert into, or cut from, a
+// few sorted slices (a binary search and a copy of the entries after the
+// place, pointers and prefixes): no rebuild. The zero value is an empty index. An Index is not
 // safe for concurrent use. The slices it returns are shared with it and
 // valid until the next Put or Delete: do not modify or keep them. The
 // CIDRs they point to are never changed (Put stores a new one).
@@ -87,7 +88,7 @@ func comparePrefixes(a, b netip.Prefix) int {
 	return cmp.Compare(a.Bits(), b.Bits())
 }
 
-// usablePrefixes yields c's valid prefixes, masked, each once.
+// usablePrefixes returns c's valid prefixes, masked, each once.
 func usablePrefixes(c *CIDR) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(c.Prefixes))
 	for _, p := range c.Prefixes {
