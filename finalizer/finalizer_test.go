@@ -1,12 +1,16 @@
 package finalizer_test
 
 import (
+	"context"
+	"fmt"
 	"iter"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
 	"go4.org/netipx"
+	"pgregory.net/rapid"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/finalizer"
@@ -125,4 +129,46 @@ func TestBlockedDecisionReadsOnlyWhatItLists(t *testing.T) {
 	if read != finalizer.MaxBlocking {
 		t.Fatalf("read %d used ranges for %d blocking addresses", read, finalizer.MaxBlocking)
 	}
+}
+
+// indexView is a View over a cidrset.Index and a list of used addresses.
+type indexView struct {
+	x    *cidrset.Index
+	used []string // ascending
+}
+
+func (v indexView) WaitRevision(context.Context, int64) error    { return nil }
+func (v indexView) Overlapping(p netip.Prefix) []cidrset.CIDR    { return v.x.Overlapping(p) }
+func (v indexView) Used(p netip.Prefix) iter.Seq[netipx.IPRange] { return usedAt(v.used...)(p) }
+
+// TestDecideInReadsOnlyOverlappingCIDRsAndDecidesTheSame: a decision over
+// the CIDRs a view finds overlapping the target is the one over every
+// CIDR, for random CIDRs, states and addresses.
+func TestDecideInReadsOnlyOverlappingCIDRsAndDecidesTheSame(t *testing.T) {
+	v4 := []string{"10.0.0.0/16", "10.0.0.0/24", "10.0.0.0/25", "10.0.0.128/25", "10.0.1.0/24", "10.1.0.0/16", "10.0.0.0/8"}
+	v6 := []string{"fd00::/120", "fd00::/121", "fd00::80/121", "fd00::/64", "fd00:1::/64"}
+	addrs := []string{"10.0.0.5", "10.0.0.130", "10.0.1.7", "10.1.0.1", "10.200.0.1", "fd00::5", "fd00::90", "fd00:0:0:0:1::1", "fd00:1::1"}
+	rapid.Check(t, func(rt *rapid.T) {
+		var all []cidrset.CIDR
+		for i := range rapid.IntRange(1, 8).Draw(rt, "cidrs") {
+			var ps []string
+			if rapid.Bool().Draw(rt, "v4") {
+				ps = append(ps, rapid.SampledFrom(v4).Draw(rt, "p4"))
+			}
+			if len(ps) == 0 || rapid.Bool().Draw(rt, "v6") {
+				ps = append(ps, rapid.SampledFrom(v6).Draw(rt, "p6"))
+			}
+			all = append(all, cidr(fmt.Sprint("c", i), int64(i+1), rapid.Bool().Draw(rt, "terminating"), ps...))
+		}
+		used := rapid.SliceOfDistinct(rapid.SampledFrom(addrs), func(s string) string { return s }).Draw(rt, "used")
+		slices.SortFunc(used, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+		target := all[rapid.IntRange(0, len(all)-1).Draw(rt, "target")]
+		target.Terminating = true
+		view := indexView{x: cidrset.NewIndex(all), used: used}
+		got := finalizer.DecideIn(view, target)
+		want := finalizer.Decide(target, all, view.Used)
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("DecideIn = %+v, Decide over every CIDR = %+v", got, want)
+		}
+	})
 }

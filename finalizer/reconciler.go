@@ -6,6 +6,7 @@ import (
 	"iter"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"go4.org/netipx"
@@ -31,16 +32,18 @@ type View interface {
 	Used(p netip.Prefix) iter.Seq[netipx.IPRange]
 }
 
-// DecideIn is Decide for target with the CIDRs and addresses of v.
+// DecideIn is Decide for target with the CIDRs and addresses of v: the
+// same decision as over every CIDR v knows, since only the ones
+// overlapping target can cover it.
 func DecideIn(v View, target cidrset.CIDR) Decision {
 	var others []cidrset.CIDR
 	for _, p := range target.Prefixes {
-		for _, o := range v.Overlapping(p) {
-			if !slices.ContainsFunc(others, func(c cidrset.CIDR) bool { return c.Name == o.Name }) {
-				others = append(others, o)
-			}
-		}
+		others = append(others, v.Overlapping(p)...)
 	}
+	// A dual-stack CIDR may overlap both prefixes: list it once.
+	byName := func(a, b cidrset.CIDR) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(others, byName)
+	others = slices.CompactFunc(others, func(a, b cidrset.CIDR) bool { return a.Name == b.Name })
 	return Decide(target, others, v.Used)
 }
 
