@@ -260,6 +260,57 @@ func BenchmarkReleaseInTerminatingCIDR(b *testing.B) {
 	}
 }
 
+// BenchmarkReleaseUnderABlockedSupernet releases and puts back one of n
+// scattered addresses of a live /17 inside a Terminating /16 that two addresses
+// outside the /17 keep blocked. Each release re-runs the /16's decision,
+// which must cost the same however many addresses the /17 covers.
+func BenchmarkReleaseUnderABlockedSupernet(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1000, 16000} { // below 16384: not the /17's broadcast
+		b.Run(fmt.Sprintf("covered=%d", n), func(b *testing.B) {
+			st := memory.New()
+			a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			if _, err := a.CreateCIDR(ctx, "wide", netip.MustParsePrefix("10.0.0.0/16")); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := a.CreateCIDR(ctx, "half", netip.MustParsePrefix("10.0.0.0/17")); err != nil {
+				b.Fatal(err)
+			}
+			for _, x := range []string{"10.0.200.1", "10.0.200.2"} {
+				if _, err := a.Allocate(ctx, netip.MustParseAddr(x), svc(x)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			covered := make([]netip.Addr, n)
+			for i := range covered {
+				// Every other address, so that each is a run of its own.
+				covered[i] = netip.AddrFrom4([4]byte{10, 0, byte(i >> 7), byte(2*i + 1)})
+				if _, err := a.Allocate(ctx, covered[i], svc(fmt.Sprint("c", i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := a.DeleteCIDR(ctx, "wide"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+				b.Fatalf("DeleteCIDR(wide) = %v, want blocked", err)
+			}
+			i := 0
+			measureCPU(b, func() {
+				x := covered[i%n]
+				if err := a.Release(ctx, x); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.Allocate(ctx, x, svc("back")); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			})
+		})
+	}
+}
+
 // BenchmarkBesideBlockedCIDRs runs CIDR changes and releases beside n
 // Terminating /24 CIDRs that each stay blocked by two addresses (the pod
 // ranges of drained nodes, say). Neither operation can unblock those

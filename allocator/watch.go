@@ -434,18 +434,17 @@ func (v view) Overlapping(p netip.Prefix) []cidrset.CIDR {
 	return out
 }
 
-// Used yields the used ranges of p while holding mu, as View allows.
-func (v view) Used(p netip.Prefix) iter.Seq[netipx.IPRange] {
+// Used yields the used ranges of r while holding mu, as View allows.
+func (v view) Used(r netipx.IPRange) iter.Seq[netipx.IPRange] {
 	return func(yield func(netipx.IPRange) bool) {
-		host, ok := cidrset.HostRange(p)
-		if !ok {
+		if !r.IsValid() {
 			return
 		}
 		a := v.a
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		is4 := p.Addr().Is4()
-		for s, e := range a.usedRanges(famIndex(p.Addr()), u128.FromAddr(host.From()), u128.FromAddr(host.To())) {
+		is4 := r.From().Is4()
+		for s, e := range a.usedRanges(famIndex(r.From()), u128.FromAddr(r.From()), u128.FromAddr(r.To())) {
 			if !yield(netipx.IPRangeFrom(s.Addr(is4), e.Addr(is4))) {
 				return
 			}

@@ -14,7 +14,7 @@ import (
 
 func ExampleDecide() {
 	target := cidrset.CIDR{Name: "newcidr1", Terminating: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.96.0.0/24")}}
-	used := func(netip.Prefix) iter.Seq[netipx.IPRange] {
+	used := func(netipx.IPRange) iter.Seq[netipx.IPRange] {
 		return slices.Values([]netipx.IPRange{netipx.MustParseIPRange("192.96.0.10-192.96.0.11")})
 	}
 	d := finalizer.Decide(target, nil, used)

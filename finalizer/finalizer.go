@@ -45,13 +45,15 @@ func (d Decision) Condition(c cidrset.CIDR) cidrset.Condition {
 
 // Decide decides whether target may be removed. others are the other CIDRs
 // (any state; Terminating ones and target itself are ignored). used yields
-// the allocated addresses inside a prefix of target as ascending, disjoint
-// ranges (View.Used); it is asked only about target's prefixes, so the cost
-// does not depend on how many addresses lie outside target, and read only
-// until MaxBlocking blocking addresses are found, so a blocked decision
-// costs about the same however many addresses hold it. Addresses that are
-// a prefix's network address or IPv4 broadcast never block.
-func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) iter.Seq[netipx.IPRange]) Decision {
+// the allocated addresses inside a range as ascending, disjoint ranges
+// (View.Used). It is asked only about the parts of target's host ranges
+// that no live CIDR covers, since only addresses there can block, and
+// read only until MaxBlocking blocking addresses are found: the cost does
+// not depend on how many addresses lie outside target or in its covered
+// parts, and a blocked decision costs about the same however many
+// addresses hold it. Addresses that are a prefix's network address or IPv4
+// broadcast never block.
+func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange) iter.Seq[netipx.IPRange]) Decision {
 	var live []cidrset.CIDR
 	for _, o := range others {
 		if !o.Terminating && o.Name != target.Name {
@@ -69,30 +71,18 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) 
 			relied[c.Name] = c.Revision
 			continue
 		}
-		var cover netipx.IPSetBuilder
-		var overlapping []cidrset.CIDR
+		var gaps netipx.IPSetBuilder // host less what live CIDRs cover
+		gaps.AddRange(host)
 		for _, o := range live {
 			for _, q := range o.Prefixes {
 				if r, ok := cidrset.HostRange(q); ok && q.Overlaps(p) {
-					cover.AddRange(r)
-					overlapping = append(overlapping, o)
+					gaps.RemoveRange(r)
+					relied[o.Name] = o.Revision
 				}
 			}
 		}
-		covered, _ := cover.IPSet()
-		for r := range used(p) {
-			r, ok := intersect(r, host)
-			if !ok || (covered != nil && covered.ContainsRange(r)) {
-				continue
-			}
-			d.Blocking = appendUncovered(d.Blocking, r, covered)
-			if len(d.Blocking) >= MaxBlocking {
-				break
-			}
-		}
-		for _, o := range overlapping {
-			relied[o.Name] = o.Revision
-		}
+		set, _ := gaps.IPSet()
+		d.Blocking = appendUsed(d.Blocking, set.Ranges(), used)
 	}
 	if len(d.Blocking) > 0 {
 		return d
@@ -103,6 +93,31 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netip.Prefix) 
 	}
 	slices.SortFunc(d.Fences, func(a, b store.Fence) int { return strings.Compare(a.CIDR, b.CIDR) })
 	return d
+}
+
+// appendUsed appends to dst the used addresses inside gaps (ascending and
+// disjoint), up to MaxBlocking in all.
+func appendUsed(dst []netip.Addr, gaps []netipx.IPRange, used func(netipx.IPRange) iter.Seq[netipx.IPRange]) []netip.Addr {
+	for _, g := range gaps {
+		if len(dst) >= MaxBlocking {
+			return dst
+		}
+		for r := range used(g) {
+			r, ok := intersect(r, g)
+			if !ok {
+				continue
+			}
+			for a := r.From(); ; a = a.Next() {
+				if dst = append(dst, a); len(dst) >= MaxBlocking {
+					return dst // read no further
+				}
+				if a == r.To() {
+					break
+				}
+			}
+		}
+	}
+	return dst
 }
 
 // coveringPrefix returns a live CIDR with a prefix containing all of p.
@@ -129,23 +144,4 @@ func intersect(a, b netipx.IPRange) (netipx.IPRange, bool) {
 		return netipx.IPRange{}, false
 	}
 	return netipx.IPRangeFrom(from, to), true
-}
-
-// appendUncovered appends the addresses of r outside covered, up to MaxBlocking in all.
-func appendUncovered(dst []netip.Addr, r netipx.IPRange, covered *netipx.IPSet) []netip.Addr {
-	var b netipx.IPSetBuilder
-	b.AddRange(r)
-	if covered != nil {
-		b.RemoveSet(covered)
-	}
-	left, _ := b.IPSet()
-	for _, lr := range left.Ranges() {
-		for a := lr.From(); len(dst) < MaxBlocking; a = a.Next() {
-			dst = append(dst, a)
-			if a == lr.To() {
-				break
-			}
-		}
-	}
-	return dst
 }

@@ -25,13 +25,13 @@ func cidr(name string, rev int64, terminating bool, prefixes ...string) cidrset.
 	return c
 }
 
-// usedAt serves the given addresses as single-address ranges.
-func usedAt(addrs ...string) func(netip.Prefix) iter.Seq[netipx.IPRange] {
-	return func(p netip.Prefix) iter.Seq[netipx.IPRange] {
+// usedAt serves the given addresses (ascending) as single-address ranges.
+func usedAt(addrs ...string) func(netipx.IPRange) iter.Seq[netipx.IPRange] {
+	return func(r netipx.IPRange) iter.Seq[netipx.IPRange] {
 		var out []netipx.IPRange
 		for _, s := range addrs {
 			a := netip.MustParseAddr(s)
-			if p.Contains(a) {
+			if r.Contains(a) {
 				out = append(out, netipx.IPRangeFrom(a, a))
 			}
 		}
@@ -95,7 +95,7 @@ func TestNetworkAndBroadcastAddressesNeverBlock(t *testing.T) {
 }
 
 func TestBlockingListIsCapped(t *testing.T) {
-	used := func(netip.Prefix) iter.Seq[netipx.IPRange] {
+	used := func(netipx.IPRange) iter.Seq[netipx.IPRange] {
 		return slices.Values([]netipx.IPRange{netipx.MustParseIPRange("10.0.0.1-10.0.0.100")})
 	}
 	d := finalizer.Decide(cidr("x", 5, true, "10.0.0.0/24"), nil, used)
@@ -110,7 +110,7 @@ func TestBlockingListIsCapped(t *testing.T) {
 // is not quadratic.
 func TestBlockedDecisionReadsOnlyWhatItLists(t *testing.T) {
 	read := 0
-	used := func(netip.Prefix) iter.Seq[netipx.IPRange] {
+	used := func(netipx.IPRange) iter.Seq[netipx.IPRange] {
 		return func(yield func(netipx.IPRange) bool) {
 			a := netip.MustParseAddr("10.0.0.1")
 			for range 1 << 20 {
@@ -131,15 +131,41 @@ func TestBlockedDecisionReadsOnlyWhatItLists(t *testing.T) {
 	}
 }
 
+// TestADecisionReadsNothingALiveCIDRCovers: used is asked only about the
+// parts of the target that no live CIDR covers, so that the addresses a
+// live CIDR inside it holds, however many, cost a blocked decision
+// nothing.
+func TestADecisionReadsNothingALiveCIDRCovers(t *testing.T) {
+	cover := cidr("half", 3, false, "10.0.0.0/9")
+	coverHosts, _ := cidrset.HostRange(cover.Prefixes[0])
+	var asked []netipx.IPRange
+	used := func(r netipx.IPRange) iter.Seq[netipx.IPRange] {
+		asked = append(asked, r)
+		return usedAt("10.0.0.5", "10.200.0.1")(r)
+	}
+	d := finalizer.Decide(cidr("x", 5, true, "10.0.0.0/8"), []cidrset.CIDR{cover}, used)
+	if d.Remove || !slices.Equal(d.Blocking, []netip.Addr{netip.MustParseAddr("10.200.0.1")}) {
+		t.Fatalf("Decide = %+v, want blocked by 10.200.0.1 only", d)
+	}
+	for _, r := range asked {
+		if r.From().Compare(coverHosts.To()) <= 0 && coverHosts.From().Compare(r.To()) <= 0 {
+			t.Fatalf("used was asked about %s, which overlaps the live %s", r, coverHosts)
+		}
+	}
+	if len(asked) == 0 {
+		t.Fatal("used was never asked")
+	}
+}
+
 // indexView is a View over a cidrset.Index and a list of used addresses.
 type indexView struct {
 	x    *cidrset.Index
 	used []string // ascending
 }
 
-func (v indexView) WaitRevision(context.Context, int64) error    { return nil }
-func (v indexView) Overlapping(p netip.Prefix) []cidrset.CIDR    { return v.x.Overlapping(p) }
-func (v indexView) Used(p netip.Prefix) iter.Seq[netipx.IPRange] { return usedAt(v.used...)(p) }
+func (v indexView) WaitRevision(context.Context, int64) error      { return nil }
+func (v indexView) Overlapping(p netip.Prefix) []cidrset.CIDR      { return v.x.Overlapping(p) }
+func (v indexView) Used(r netipx.IPRange) iter.Seq[netipx.IPRange] { return usedAt(v.used...)(r) }
 
 // TestDecideInReadsOnlyOverlappingCIDRsAndDecidesTheSame: a decision over
 // the CIDRs a view finds overlapping the target is the one over every

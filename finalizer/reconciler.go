@@ -25,11 +25,11 @@ type View interface {
 	// prefix that shares an address with p. Only these can cover p, so a
 	// decision costs the same however many other CIDRs there are.
 	Overlapping(p netip.Prefix) []cidrset.CIDR
-	// Used yields the allocated addresses inside p as ascending, disjoint
+	// Used yields the allocated addresses inside r as ascending, disjoint
 	// ranges (adjacent ones need not be merged). A caller may stop early,
 	// and the view may hold a lock while it yields: the loop must not call
 	// the view.
-	Used(p netip.Prefix) iter.Seq[netipx.IPRange]
+	Used(r netipx.IPRange) iter.Seq[netipx.IPRange]
 }
 
 // DecideIn is Decide for target with the CIDRs and addresses of v: the
