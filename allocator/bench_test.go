@@ -261,15 +261,16 @@ func BenchmarkReleaseInTerminatingCIDR(b *testing.B) {
 }
 
 // BenchmarkReleaseUnderABlockedSupernet releases and puts back one of n
-// scattered addresses of a live /17 inside a Terminating /16 that two addresses
-// outside the /17 keep blocked. Each release re-runs the /16's decision,
-// which must cost the same however many addresses the /17 covers.
+// scattered addresses of a live /17 inside a Terminating /16 that two
+// addresses outside the /17 keep blocked. Each release re-runs the /16's
+// decision, which must cost the same however many addresses the /17
+// covers.
 func BenchmarkReleaseUnderABlockedSupernet(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1000, 16000} { // below 16384: not the /17's broadcast
 		b.Run(fmt.Sprintf("covered=%d", n), func(b *testing.B) {
 			st := memory.New()
-			a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+			a, err := allocator.New(ctx, st)
 			if err != nil {
 				b.Fatal(err)
 			}
