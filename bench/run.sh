@@ -6,7 +6,8 @@
 #
 #   bench/run.sh                 # full run, COUNT=6 samples per benchmark
 #   COUNT=10 bench/run.sh        # more samples
-#   ONLY="alloc heap" bench/run.sh      # only some groups (names below)
+#   ONLY="alloc heap" bench/run.sh      # only some groups (names below;
+#                                       # scale: the core module's scale benchmarks)
 #
 # The full run sets NETIPAM_BENCH_FULL=1: 10M-address fixtures (several GB
 # of heap), the IPAddress allocator on 64k-address ranges, 1M-address cold
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 COUNT=${COUNT:-6}
-ONLY=${ONLY:-alloc large ops finalizer heap floor calibrate}
+ONLY=${ONLY:-alloc large ops finalizer heap floor calibrate scale}
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da # golang.org/x/perf
 export NETIPAM_BENCH_FULL=1
 
@@ -58,6 +59,17 @@ for g in "${groups[@]}"; do
 	echo "== $name took $(( SECONDS - start ))s" >&2
 done
 
+# Scale in owners and CIDRs: benchmarks of the core module's own packages
+# (netipam alone, no peer), for the report's "Scale in owners and CIDRs".
+scale_re='^Benchmark(RecordsHeavyOwner|AllocateNextReleaseManyCIDRs|AllocateNextReleaseBesideFullCIDRs|CIDRChangeManyCIDRs|ReleaseInTerminatingCIDR|ReleaseUnderABlockedSupernet|BesideBlockedCIDRs)$'
+if [[ " $ONLY " == *" scale "* ]]; then
+	echo "== scale: $scale_re, count $COUNT" >&2
+	start=$SECONDS
+	(cd .. && go test -run '^$' -bench "$scale_re" -count "$COUNT" -timeout 0 ./allocator/ ./store/memory/) >results/scale.txt
+	grep -E '^Benchmark' results/scale.txt >&2 || true
+	echo "== scale took $(( SECONDS - start ))s" >&2
+fi
+
 # Tables: one column per implementation, the other keys as rows.
 raw=()
 for f in results/alloc.txt results/large.txt results/ops.txt results/finalizer.txt results/heap.txt results/floor.txt results/calibrate.txt; do
@@ -69,6 +81,13 @@ done
 		go run "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION" -col /impl "$f"
 		echo
 	done
+	if [[ -s results/scale.txt ]]; then
+		echo "### scale"
+		go run "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION" results/scale.txt
+		echo
+	fi
 } | tee results/benchstat.txt
 
-go run ./cmd/plot -o results/fill.svg "${raw[@]}" | tee results/summary.md
+if ((${#raw[@]})); then
+	go run ./cmd/plot -o results/fill.svg "${raw[@]}" | tee results/summary.md
+fi
