@@ -261,54 +261,62 @@ func BenchmarkReleaseInTerminatingCIDR(b *testing.B) {
 }
 
 // BenchmarkReleaseUnderABlockedSupernet releases and puts back one of n
-// scattered addresses of a live /17 inside a Terminating /16 that two
-// addresses outside the /17 keep blocked. Each release re-runs the /16's
-// decision, which must cost the same however many addresses the /17
-// covers.
+// scattered addresses of a live CIDR that covers the lower half of a
+// Terminating /16 or /8, which two addresses in its upper half keep
+// blocked. Each release re-runs the supernet's decision, which must cost
+// the same however many addresses the live half holds, and however large
+// the supernet's bitmap (2 MiB for the /8).
 func BenchmarkReleaseUnderABlockedSupernet(b *testing.B) {
 	ctx := context.Background()
-	for _, n := range []int{1000, 16000} { // below 16384: not the /17's broadcast
-		b.Run(fmt.Sprintf("covered=%d", n), func(b *testing.B) {
-			st := memory.New()
-			a, err := allocator.New(ctx, st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			if _, err := a.CreateCIDR(ctx, "wide", netip.MustParsePrefix("10.0.0.0/16")); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := a.CreateCIDR(ctx, "half", netip.MustParsePrefix("10.0.0.0/17")); err != nil {
-				b.Fatal(err)
-			}
-			for _, x := range []string{"10.0.200.1", "10.0.200.2"} {
-				if _, err := a.Allocate(ctx, netip.MustParseAddr(x), svc(x)); err != nil {
+	for _, wide := range []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("10.0.0.0/8")} {
+		half := netip.PrefixFrom(wide.Addr(), wide.Bits()+1)
+		upper := netip.AddrFrom4([4]byte{10, 0, 200, 1}) // in the /16's upper half
+		if wide.Bits() == 8 {
+			upper = netip.AddrFrom4([4]byte{10, 200, 0, 1})
+		}
+		for _, n := range []int{1000, 16000} { // below 16384: not the /17's broadcast
+			b.Run(fmt.Sprintf("wide=%d/covered=%d", wide.Bits(), n), func(b *testing.B) {
+				st := memory.New()
+				a, err := allocator.New(ctx, st)
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			covered := make([]netip.Addr, n)
-			for i := range covered {
-				// Every other address, so that each is a run of its own.
-				covered[i] = netip.AddrFrom4([4]byte{10, 0, byte(i >> 7), byte(2*i + 1)})
-				if _, err := a.Allocate(ctx, covered[i], svc(fmt.Sprint("c", i))); err != nil {
+				defer a.Close()
+				if _, err := a.CreateCIDR(ctx, "wide", wide); err != nil {
 					b.Fatal(err)
 				}
-			}
-			if err := a.DeleteCIDR(ctx, "wide"); !errors.Is(err, allocator.ErrDeletionBlocked) {
-				b.Fatalf("DeleteCIDR(wide) = %v, want blocked", err)
-			}
-			i := 0
-			measureCPU(b, func() {
-				x := covered[i%n]
-				if err := a.Release(ctx, x); err != nil {
+				if _, err := a.CreateCIDR(ctx, "half", half); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := a.Allocate(ctx, x, svc("back")); err != nil {
-					b.Fatal(err)
+				for _, x := range []netip.Addr{upper, upper.Next()} {
+					if _, err := a.Allocate(ctx, x, svc(x.String())); err != nil {
+						b.Fatal(err)
+					}
 				}
-				i++
+				covered := make([]netip.Addr, n)
+				for i := range covered {
+					// Every other address, so that each is a run of its own.
+					covered[i] = netip.AddrFrom4([4]byte{10, 0, byte(i >> 7), byte(2*i + 1)})
+					if _, err := a.Allocate(ctx, covered[i], svc(fmt.Sprint("c", i))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := a.DeleteCIDR(ctx, "wide"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+					b.Fatalf("DeleteCIDR(wide) = %v, want blocked", err)
+				}
+				i := 0
+				measureCPU(b, func() {
+					x := covered[i%n]
+					if err := a.Release(ctx, x); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := a.Allocate(ctx, x, svc("back")); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				})
 			})
-		})
+		}
 	}
 }
 

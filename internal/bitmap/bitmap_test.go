@@ -2,6 +2,7 @@ package bitmap
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -33,6 +34,38 @@ func (m model) runs(lo, hi uint64) [][2]uint64 {
 		}
 	}
 	return out
+}
+
+// checkNonEmpty compares every nonEmpty level with the level it sums up.
+func (b *Bitmap) checkNonEmpty() error {
+	if len(b.levels[0]) <= nonEmptyMin {
+		if b.nonEmpty != nil {
+			return fmt.Errorf("nonEmpty kept for %d words", len(b.levels[0]))
+		}
+		return nil
+	}
+	below := b.levels[0]
+	for k, level := range b.nonEmpty {
+		want := make([]uint64, max((len(below)+63)/64, 1))
+		for i, w := range below {
+			if w != 0 {
+				want[i/64] |= 1 << (i % 64)
+			}
+		}
+		if len(level) != len(want) {
+			return fmt.Errorf("nonEmpty[%d] has %d words, want %d", k, len(level), len(want))
+		}
+		for i := range want {
+			if level[i] != want[i] {
+				return fmt.Errorf("nonEmpty[%d][%d] = %x, want %x", k, i, level[i], want[i])
+			}
+		}
+		below = level
+	}
+	if len(below) != 1 {
+		return fmt.Errorf("the last nonEmpty level has %d words", len(below))
+	}
+	return nil
 }
 
 func collectRuns(b *Bitmap, lo, hi uint64) [][2]uint64 {
@@ -125,6 +158,65 @@ func TestBitmapFollowsAModel(t *testing.T) {
 				}
 				if b.Count() != want || b.Len() != n {
 					rt.Fatalf("Count, Len = %d, %d; want %d, %d", b.Count(), b.Len(), want, n)
+				}
+				if err := b.checkNonEmpty(); err != nil {
+					rt.Fatal(err)
+				}
+			},
+		})
+	})
+}
+
+// TestLargeSparseRunsFollowAModel: past nonEmptyMin words, Runs skips
+// empty stretches through the nonEmpty summaries. A few bits set and
+// cleared around word and summary boundaries far apart must read back as
+// a plain map says, and the summaries must match the words after every
+// change.
+func TestLargeSparseRunsFollowAModel(t *testing.T) {
+	const n = 64*nonEmptyMin + 64*64*64 + 17 // three summary levels, a partial last word
+	var anchors []uint64
+	for _, a := range []uint64{0, 64, 64 * 64, 64 * 64 * 64, 64 * nonEmptyMin, 64*nonEmptyMin + 4096, n - 70} {
+		anchors = append(anchors, a, a+1, a+63)
+	}
+	anchors = append(anchors, n-1)
+	rapid.Check(t, func(rt *rapid.T) {
+		b, m := New(n), map[uint64]bool{}
+		at := rapid.SampledFrom(anchors)
+		rt.Repeat(map[string]func(*rapid.T){
+			"set": func(rt *rapid.T) {
+				i := at.Draw(rt, "i")
+				if b.Set(i) == m[i] {
+					rt.Fatalf("Set(%d) disagrees", i)
+				}
+				m[i] = true
+			},
+			"clear": func(rt *rapid.T) {
+				i := at.Draw(rt, "i")
+				if b.Clear(i) != m[i] {
+					rt.Fatalf("Clear(%d) disagrees", i)
+				}
+				delete(m, i)
+			},
+			"runs": func(rt *rapid.T) {
+				lo, hi := at.Draw(rt, "lo"), at.Draw(rt, "hi")
+				var want [][2]uint64
+				for _, i := range slices.Sorted(maps.Keys(m)) {
+					if i < lo || i > hi {
+						continue
+					}
+					if k := len(want); k > 0 && want[k-1][1] == i-1 {
+						want[k-1][1] = i
+					} else {
+						want = append(want, [2]uint64{i, i})
+					}
+				}
+				if got := collectRuns(b, lo, hi); !slices.Equal(got, want) {
+					rt.Fatalf("Runs(%d, %d) = %v, want %v", lo, hi, got, want)
+				}
+			},
+			"": func(rt *rapid.T) {
+				if err := b.checkNonEmpty(); err != nil {
+					rt.Fatal(err)
 				}
 			},
 		})
