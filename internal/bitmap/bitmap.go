@@ -2,10 +2,11 @@
 // hierarchy of summaries in which a bit is set when the word it stands for
 // is full. Finding the next clear bit from any point reads at most two words
 // per level, so it costs the same at 1 % and at 99.99 % fill, and it never
-// allocates. A second hierarchy, in which a bit is set when its word is not
-// empty, lets Runs skip empty stretches the same way. It is the allocator's free-space index for ranges of up to a
-// few million addresses, where a bit per address is smaller than any list
-// of runs once the range is partly used.
+// allocates. In a large bitmap a second hierarchy, in which a bit is set
+// when its word is not empty, lets Runs skip empty stretches the same way.
+// It is the allocator's free-space index for ranges of up to a few million
+// addresses, where a bit per address is smaller than any list of runs once
+// the range is partly used.
 package bitmap
 
 import (
@@ -20,10 +21,10 @@ import (
 // set iff word 64*i+j of levels[k-1] is all ones; the last level is one
 // word; bits past the end of every level are set, so a padded word reads as
 // full and searches never return an integer >= n. nonEmpty is nil up to
-// nonEmptyMin words; past that, nonEmpty[0][i] has bit j
-// set iff word 64*i+j of levels[0] is not zero, and nonEmpty[k][i] bit j
-// iff word 64*i+j of nonEmpty[k-1] is not zero; its last level is one word,
-// and its bits past the end are clear.
+// nonEmptyMin words; past that, nonEmpty[0][i] has bit j set iff word
+// 64*i+j of levels[0] is not zero, and nonEmpty[k][i] bit j iff word
+// 64*i+j of nonEmpty[k-1] is not zero; its last level is one word, and its
+// bits past the end are clear.
 type Bitmap struct {
 	n        uint64
 	count    uint64
