@@ -19,12 +19,13 @@ import (
 )
 
 // TestCIDRChangesKeepWhatIsDerivedFromTheIndex creates, widens to dual
-// stack, marks Terminating and deletes CIDRs through the store, and puts
-// and deletes addresses anywhere, while checking that what the allocation
-// path reads (pools, poolList, reach, live and each pool's place in it,
-// dying, counters) equals what a scan of the index and the addresses gives.
-// CIDR changes update it incrementally; this is the check that they do
-// not drift from a rebuild.
+// stack, marks Terminating and deletes CIDRs through the store, puts and
+// deletes addresses anywhere, and runs Reset again as a re-synced watch
+// does, while checking that what the allocation path reads (pools,
+// poolList, reach, live and each pool's place in it, dying, counters)
+// equals what a scan of the index and the addresses gives. CIDR changes
+// update it incrementally; this is the check that they do not drift from
+// a rebuild, nor a second Reset from a first.
 func TestCIDRChangesKeepWhatIsDerivedFromTheIndex(t *testing.T) {
 	prefixes := []netip.Prefix{
 		netip.MustParsePrefix("10.0.0.0/28"), netip.MustParsePrefix("10.0.0.0/27"),
@@ -89,6 +90,11 @@ func TestCIDRChangesKeepWhatIsDerivedFromTheIndex(t *testing.T) {
 			},
 			"release": func(rt *rapid.T) {
 				_, _, _ = st.DeleteAddress(ctx, addrOf.Draw(rt, "addr"))
+			},
+			"reset": func(rt *rapid.T) {
+				if err := a.resetFrom(ctx, st); err != nil {
+					rt.Fatal(err)
+				}
 			},
 			"": func(rt *rapid.T) {
 				if err := a.checkDerived(ctx, st); err != nil {
@@ -259,4 +265,31 @@ func TestAPoolOnlyTerminatingCIDRsHoldIsNeverOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("another CIDR")
+}
+
+// resetWatcher keeps the snapshot a store's Watch starts with.
+type resetWatcher struct{ snap *store.Snapshot }
+
+func (w resetWatcher) Reset(s store.Snapshot) { *w.snap = s }
+func (resetWatcher) Apply(store.Event)        {}
+
+// resetFrom runs a's Reset again with a snapshot of st, as a store that
+// lost its watch (etcd after a compaction) does.
+func (a *Allocator) resetFrom(ctx context.Context, st store.Store) error {
+	var snap store.Snapshot
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := st.Watch(wctx, resetWatcher{&snap}); err != nil {
+		return err
+	}
+	cancel()
+	if a.locked == nil {
+		watcher{a}.Reset(snap)
+		return nil
+	}
+	// Over a locked store the store calls Reset holding its lock.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	watcher{a}.Reset(snap)
+	return nil
 }

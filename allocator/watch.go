@@ -27,6 +27,7 @@ func (w watcher) Reset(s store.Snapshot) {
 	a.index = cidrset.NewIndex(s.CIDRs)
 	a.pools = map[netip.Prefix]*pool{}
 	a.poolList = [2][]*pool{}
+	a.reach = [2][]u128.U128{} // poolsAt and denseSegments read both
 	for f := range a.sparse {
 		_ = a.sparse[f].Reset(nil)
 	}
