@@ -323,8 +323,8 @@ func (a *Allocator) recheckLocked(name string) {
 	}
 }
 
-// recheckLater is recheckLocked for a caller not holding mu: a check that failed
-// is handed to the background reconciler.
+// recheckLater is recheckLocked for a caller not holding mu: a check that
+// failed is handed to the background reconciler.
 func (a *Allocator) recheckLater(name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
