@@ -16,10 +16,12 @@ import (
 // O(CIDRs); Overlapping adds a binary search for the prefixes inside the
 // query. Put and Delete update two maps and insert into, or cut from, a
 // few sorted slices (a binary search and a copy of the entries after the
-// place, pointers and prefixes): no rebuild. The zero value is an empty index. An Index is not
-// safe for concurrent use. The slices it returns are shared with it and
-// valid until the next Put or Delete: do not modify or keep them. The
-// CIDRs they point to are never changed (Put stores a new one).
+// place, pointers and prefixes): no rebuild.
+//
+// The zero value is an empty index. An Index is not safe for concurrent
+// use. The slices it returns are shared with it and valid until the next
+// Put or Delete: do not modify or keep them. The CIDRs they point to are
+// never changed (Put stores a new one).
 type Index struct {
 	byName map[string]*CIDR
 	sorted []*CIDR // by name
