@@ -12,10 +12,6 @@ type bitList struct {
 	n int // bits in use; those of w beyond n are zero
 }
 
-func (b *bitList) len() int { return b.n }
-
-func (b *bitList) get(i int) bool { return b.w[i/64]&(1<<(i%64)) != 0 }
-
 func (b *bitList) set(i int, v bool) {
 	if v {
 		b.w[i/64] |= 1 << (i % 64)

@@ -7,6 +7,11 @@ import (
 	"pgregory.net/rapid"
 )
 
+// len and get read a bitList back; only the tests need them.
+func (b *bitList) len() int { return b.n }
+
+func (b *bitList) get(i int) bool { return b.w[i/64]&(1<<(i%64)) != 0 }
+
 // TestBitListFollowsASliceOfBools inserts, removes and sets bits at random
 // places, across word boundaries, and compares every bit, next and any
 // with a []bool doing the same.

@@ -25,9 +25,6 @@ func (w watcher) Reset(s store.Snapshot) {
 	// the bitmaps of the dense pools containing it, and only the rest is
 	// sorted into sparse.
 	a.index = cidrset.NewIndex(s.CIDRs)
-	a.pools = map[netip.Prefix]*pool{}
-	a.poolList = [2][]*pool{}
-	a.reach = [2][]u128.U128{} // poolsAt and denseSegments read both
 	for f := range a.sparse {
 		_ = a.sparse[f].Reset(nil)
 	}
@@ -132,10 +129,15 @@ func (a *Allocator) advanceLocked(rev int64) {
 	}
 }
 
-// buildPoolsLocked builds a pool for every prefix of the index, over no
-// used address, and derives what the allocation path reads; for Reset, so
-// it sorts once instead of inserting pool by pool.
+// buildPoolsLocked replaces every pool with a new one for each prefix of
+// the index, over no used address, and derives what the allocation path
+// reads; for Reset, so it sorts once instead of inserting pool by pool.
+// Everything derived from the old pools goes with them (poolsAt and
+// denseSegments read poolList and reach together).
 func (a *Allocator) buildPoolsLocked() {
+	a.pools = map[netip.Prefix]*pool{}
+	a.poolList = [2][]*pool{}
+	a.reach = [2][]u128.U128{}
 	var lists [2][]*pool
 	for _, c := range a.index.All() {
 		for _, p := range c.Prefixes {
