@@ -63,6 +63,23 @@ func (e *FencedError) Error() string {
 // Is makes errors.Is(err, ErrFenced) true.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
+// CheckCIDR reports whether c can be stored: it needs a name, and every
+// prefix must be valid, so that a store can read back what it writes. It is not the validation of
+// SPEC §1 (cidrset.Validate), which the allocator applies before a store
+// sees the CIDR; a Store given a CIDR directly must still refuse what it
+// could not decode. The error is an *ipaddress.FieldError.
+func CheckCIDR(c cidrset.CIDR) error {
+	if c.Name == "" {
+		return &ipaddress.FieldError{Field: "metadata.name"}
+	}
+	for i, p := range c.Prefixes {
+		if !p.IsValid() {
+			return &ipaddress.FieldError{Field: fmt.Sprintf("spec.cidrs[%d]", i), Value: p.String(), Detail: "must be a valid prefix"}
+		}
+	}
+	return nil
+}
+
 // Fence is a condition of a write: the CIDR named must still exist with
 // exactly this revision. An allocator fences every address creation on the
 // CIDR it allocated from, so marking a CIDR Terminating (which changes its
@@ -84,14 +101,18 @@ type Fence struct {
 // implementation is shared (etcd).
 type Store interface {
 	// CreateCIDR stores a new CIDR; it sets Created and Revision and returns
-	// the stored object. ErrExists if the name is taken.
+	// the stored object. ErrExists if the name is taken; an error matching
+	// ipaddress.ErrInvalid if CheckCIDR refuses it.
 	CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error)
 	// UpdateCIDR replaces a CIDR whose stored revision is c.Revision.
 	// ErrConflict if it changed since, ErrNotFound if it is gone.
-	// Created is kept from the stored object.
+	// Created is kept from the stored object. CheckCIDR applies as in
+	// CreateCIDR.
 	UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error)
 	// DeleteCIDR removes the CIDR if its revision is still rev and every
 	// fence holds: ErrConflict or ErrFenced otherwise, ErrNotFound if gone.
+	// Revisions start at 1, so rev 0 never matches, nor does a fence of
+	// revision 0 hold.
 	DeleteCIDR(ctx context.Context, name string, rev int64, fences ...Fence) error
 	// GetCIDR returns one CIDR.
 	GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error)
@@ -112,7 +133,9 @@ type Store interface {
 	// ErrConflict if it was replaced since, ErrNotFound if it is gone.
 	// Its results are DeleteAddress's.
 	DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (rec ipaddress.IPAddress, deleted int64, err error)
-	// GetAddress returns the record of addr.
+	// GetAddress returns the record of addr. GetAddress, DeleteAddress and
+	// DeleteAddressAt return ErrNotFound for an address CreateAddresses
+	// would refuse (zero, zoned, IPv4-mapped): no record can have it.
 	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
 	// AddressesOf returns the records held by owner, through an index.
 	AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error)

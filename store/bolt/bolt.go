@@ -191,16 +191,24 @@ func initFile(db *bbolt.DB) error {
 	})
 }
 
+// errMissing is the cause of a CorruptError for a key or bucket that an
+// initialised file always has.
+var errMissing = errors.New("missing from an initialised file")
+
 // checkMeta reports whether the file is initialised, and an error if its
-// format version is not this package's.
+// format version is not this package's or it lacks part of what
+// initialisation wrote.
 func checkMeta(tx *bbolt.Tx) (bool, error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		return false, nil
 	}
+	// Initialisation is one transaction, so a file with a meta bucket but
+	// without its version or a data bucket was damaged: recreating what is
+	// missing would hide lost CIDRs or owner keys behind an empty bucket.
 	v := meta.Get(keyVersion)
 	if v == nil {
-		return false, nil
+		return false, corruptAt(bucketMeta, keyVersion, errMissing)
 	}
 	ver, err := decodeFormatVersion(v)
 	if err != nil {
@@ -214,7 +222,7 @@ func checkMeta(tx *bbolt.Tx) (bool, error) {
 	}
 	for _, name := range [][]byte{bucketCIDRs, bucketAddrs, bucketOwners} {
 		if tx.Bucket(name) == nil {
-			return false, nil
+			return false, corruptAt(name, nil, errMissing)
 		}
 	}
 	return true, nil
@@ -494,17 +502,18 @@ func getAddress(tx *bbolt.Tx, a netip.Addr, key []byte) (ipaddress.IPAddress, bo
 
 // DeleteAddress implements store.Store.
 func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, int64, error) {
-	return s.deleteAddress(ctx, addr, 0)
+	return s.deleteAddress(ctx, addr, 0, true)
 }
 
 // DeleteAddressAt implements store.Store.
 func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
-	return s.deleteAddress(ctx, addr, rev)
+	return s.deleteAddress(ctx, addr, rev, false)
 }
 
 // deleteAddress removes the record of addr if its revision is want, or
-// whatever its revision with want 0 (revisions start at 1).
-func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64) (ipaddress.IPAddress, int64, error) {
+// whatever its revision if anyRev. A flag, not a sentinel revision: every
+// want DeleteAddressAt is given must be compared, 0 included.
+func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, anyRev bool) (ipaddress.IPAddress, int64, error) {
 	if checkAddr(addr) != nil {
 		if err := ctx.Err(); err != nil {
 			return ipaddress.IPAddress{}, 0, err
@@ -524,7 +533,7 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64) 
 			return nil, err
 		case !ok:
 			return nil, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
-		case want != 0 && rec.Revision != want:
+		case !anyRev && rec.Revision != want:
 			return nil, fmt.Errorf("address %s at revision %d, not %d: %w", addr, rec.Revision, want, store.ErrConflict)
 		}
 		if err := tx.Bucket(bucketAddrs).Delete(key); err != nil {

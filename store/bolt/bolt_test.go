@@ -3,6 +3,7 @@ package bolt_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -362,6 +363,75 @@ func TestOpenRefusesOtherFiles(t *testing.T) {
 	if _, err := bolt.Open(path); err == nil || !strings.Contains(err.Error(), "not a netipam store") {
 		t.Fatalf("Open of a foreign bbolt file: %v", err)
 	}
+}
+
+// An initialised file always has its version and every bucket: Open refuses
+// one that lacks any of them rather than recreate it empty, which would
+// hide lost CIDRs or owner keys.
+func TestOpenRefusesAFileMissingWhatInitialisationWrote(t *testing.T) {
+	for _, damage := range []struct {
+		name string
+		do   func(tx *bbolt.Tx) error
+	}{
+		{"version", func(tx *bbolt.Tx) error { return tx.Bucket([]byte("meta")).Delete([]byte("version")) }},
+		{"cidrs", func(tx *bbolt.Tx) error { return tx.DeleteBucket([]byte("cidrs")) }},
+		{"addrs", func(tx *bbolt.Tx) error { return tx.DeleteBucket([]byte("addrs")) }},
+		{"owners", func(tx *bbolt.Tx) error { return tx.DeleteBucket([]byte("owners")) }},
+	} {
+		t.Run(damage.name, func(t *testing.T) {
+			path := tempPath(t)
+			st, err := bolt.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			create(t, st, "10.0.0.1", svc("a", "b"))
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := bbolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(damage.do); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshotFile(t, db)
+			db.Close()
+			if st, err := bolt.Open(path); !errors.Is(err, store.ErrCorrupt) {
+				if err == nil {
+					st.Close()
+				}
+				t.Fatalf("Open without %s: %v, want ErrCorrupt", damage.name, err)
+			}
+			db, err = bbolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if after := snapshotFile(t, db); !slices.Equal(after, before) {
+				t.Fatalf("a refused Open changed the file:\n%q\nbecame\n%q", before, after)
+			}
+		})
+	}
+}
+
+// snapshotFile lists every bucket and key of db, with its value.
+func snapshotFile(t *testing.T, db *bbolt.DB) []string {
+	t.Helper()
+	var out []string
+	err := db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			out = append(out, string(name)+"/")
+			return b.ForEach(func(k, v []byte) error {
+				out = append(out, fmt.Sprintf("%s/%x=%x", name, k, v))
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestCloseIsIdempotent(t *testing.T) {

@@ -240,14 +240,9 @@ func decodeAddrValue(b []byte) (addrValue, error) {
 // checkCIDR reports whether c can be stored.
 func checkCIDR(c cidrset.CIDR) error {
 	if len(c.Prefixes) > maxPrefixes {
-		return fmt.Errorf("bolt: CIDR %q has %d prefixes, at most %d can be stored", c.Name, len(c.Prefixes), maxPrefixes)
+		return &ipaddress.FieldError{Field: "spec.cidrs", Value: fmt.Sprint(len(c.Prefixes)), Detail: fmt.Sprintf("at most %d prefixes can be stored", maxPrefixes)}
 	}
-	for _, p := range c.Prefixes {
-		if !p.IsValid() {
-			return fmt.Errorf("bolt: CIDR %q has an invalid prefix %s", c.Name, p)
-		}
-	}
-	return nil
+	return store.CheckCIDR(c)
 }
 
 // appendCIDRValue appends the value of a CIDR (its name is the key):

@@ -93,9 +93,19 @@
 // DeleteCIDR compare the CIDR's ModRevision, and DeleteCIDR the fences'
 // too. A batch may hold at most MaxBatch addresses.
 //
-// When a creating transaction fails in a way that leaves its outcome unknown
-// (the member serving it went away), the store reads the keys back: if they
-// hold exactly the values it wrote, the create succeeded and is reported so.
+// A creating transaction, once sent, is not canceled with the caller's ctx:
+// etcd may apply it all the same, so CreateAddresses waits for its answer
+// and reports an applied create as done, with its records, even after ctx
+// ended; it waits at most 5 s past ctx. When the transaction fails in a way
+// that leaves its outcome unknown (the member serving it went away, or those
+// 5 s ran out), the store reads the keys back, for at most 5 s and never more
+// than 5 s past ctx: if they hold exactly the values it wrote, the create
+// succeeded and is reported so. The read-back sees only what etcd committed
+// before it: a create still in flight then (on its way to the leader, or not
+// yet synced) is reported as failed, yet may commit later. Its records
+// belong to an owner told it has none; a repair pass (package repair)
+// deletes them as leaked once they are older than its grace period (60 s by
+// default).
 //
 // # Watch
 //
@@ -141,6 +151,7 @@ import (
 	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/netipam/netipam/cidrset"
@@ -283,6 +294,11 @@ func wrap(op string, err error) error { return fmt.Errorf("etcd store: %s: %w", 
 
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	// A value decodeCIDR refuses would break every later Watch of the
+	// prefix.
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if err := s.check(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -320,6 +336,9 @@ func (s *Store) getCIDR(ctx context.Context, name string) (c cidrset.CIDR, found
 
 // UpdateCIDR implements store.Store.
 func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if err := s.check(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -354,7 +373,8 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	return c, nil
 }
 
-// fenceCmp returns the comparison of a fence.
+// fenceCmp returns the comparison of a fence, whose revision must be
+// positive (see zeroFence).
 func (s *Store) fenceCmp(f store.Fence) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(s.cidrKey(f.CIDR)), "=", f.Revision)
 }
@@ -369,6 +389,19 @@ func (s *Store) fenceCmps(fences []store.Fence) ([]clientv3.Cmp, []clientv3.Op) 
 		gets[i] = clientv3.OpGet(s.cidrKey(f.CIDR), clientv3.WithKeysOnly())
 	}
 	return cmps, gets
+}
+
+// zeroFence returns a *store.FencedError for the first fence of revision
+// <= 0, or nil. Revisions start at 1, so such a fence never holds; but etcd
+// reads the ModRevision of a missing key as 0, so its compare would hold for
+// a missing CIDR. It must be refused before any compare.
+func zeroFence(fences []store.Fence) error {
+	for _, f := range fences {
+		if f.Revision <= 0 {
+			return &store.FencedError{Fence: f}
+		}
+	}
+	return nil
 }
 
 // failedFence returns the first fence that the reads rs (one per fence)
@@ -397,13 +430,23 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 	}
 	key := s.cidrKey(name)
 	cmps, gets := s.fenceCmps(fences)
-	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, cmps...)
 	gets = append([]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}, gets...)
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(gets...).Commit()
+	// A revision <= 0 never matches, but its compare would hold for a
+	// missing key (see zeroFence): then only read why the delete fails, in
+	// the order the checks below expect.
+	refused := rev <= 0 || zeroFence(fences) != nil
+	txn := s.cli.Txn(ctx)
+	if refused {
+		txn = txn.Then(gets...)
+	} else {
+		cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, cmps...)
+		txn = txn.If(cmps...).Then(clientv3.OpDelete(key)).Else(gets...)
+	}
+	resp, err := txn.Commit()
 	if err != nil {
 		return wrap("delete CIDR", err)
 	}
-	if resp.Succeeded {
+	if resp.Succeeded && !refused {
 		return nil
 	}
 	rs := rangeResponses(resp, 0)
@@ -437,7 +480,10 @@ func validOwner(o ipaddress.ParentRef) bool {
 	return utf8.ValidString(o.Group) && utf8.ValidString(o.Resource) && utf8.ValidString(o.Namespace) && utf8.ValidString(o.Name)
 }
 
-// CreateAddresses implements store.Store.
+// CreateAddresses implements store.Store. Once its transaction is sent, it
+// waits for the answer even if ctx ends meanwhile, for at most inFlightGrace
+// more, so that a create etcd applied is reported as done (see Atomicity in
+// the package documentation).
 func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -459,6 +505,9 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 				return nil, &store.AddressExistsError{Addr: r.Addr}
 			}
 		}
+	}
+	if err := zeroFence(fences); err != nil {
+		return nil, err
 	}
 	created := time.Unix(0, s.now().UnixNano())
 	kv := make([]string, 2*len(recs))
@@ -498,13 +547,26 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 	for _, f := range fences {
 		cmps = append(cmps, s.fenceCmp(f))
 	}
+	// A create in flight is not canceled with ctx: etcd applies it all the
+	// same if it got it, and a caller told it failed would leave its
+	// records to nobody. It is given inFlightGrace past ctx to be answered
+	// or read back.
+	wctx, cancel := outlive(ctx, inFlightGrace)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err // nothing in flight
+		}
 		// No Else: the reads that explain a refusal would travel with every
 		// create, through the raft log and the WAL, and are rarely needed.
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+		resp, err := s.cli.Txn(wctx).If(cmps...).Then(puts...).Commit()
 		if err != nil {
-			rev, ok := s.readBack(ctx, keys, vals)
+			rev, ok := s.readBack(wctx, keys, vals)
 			if !ok {
+				if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+					// The caller's ctx ended first: say so, typed.
+					err = fmt.Errorf("%w; outcome unknown: %w", cerr, err)
+				}
 				return nil, wrap("create addresses", err)
 			}
 			s.readBacks.Add(1)
@@ -542,13 +604,42 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 	}
 }
 
+// inFlightGrace is how long past its caller's ctx a create may take to be
+// answered and, failing that, read back.
+const inFlightGrace = 5 * time.Second
+
+// outlive returns a context with ctx's values that ends grace after ctx
+// does, or when cancel is called.
+func outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-out.Done():
+		}
+	})
+	return out, func() { stop(); cancel() }
+}
+
 // readBack resolves a create whose outcome is unknown: it succeeded if every
 // key holds exactly the value written (the value holds the creation time to
 // the nanosecond, so no other create wrote it), all at one create revision.
 // A failed read is retried a few times: right after a leader is lost, reads
 // fail until a new one is elected, and its first linearizable read sees
-// every entry the old leader had committed.
+// every entry the old leader had committed. ctx is CreateAddresses' own,
+// which outlives its caller's; readBack takes at most inFlightGrace.
+//
+// A linearizable read sees what etcd committed before it: a create still
+// in flight (on its way to the leader, or in its log but not yet synced) is
+// reported as failed yet may commit later. Its records then stay until a
+// repair pass deletes them as leaked, once they are older than its grace
+// (repair.DefaultLeakGrace, 60 s).
 func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, inFlightGrace)
+	defer cancel()
 	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		ops[i] = clientv3.OpGet(k)
@@ -579,27 +670,25 @@ func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, o
 // key in a transaction fenced on the record's revision, with the owner key of
 // a layout-1 record.
 func (s *Store) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, int64, error) {
-	return s.deleteAddress(ctx, addr, 0)
+	return s.deleteAddress(ctx, addr, false, 0)
 }
 
 // DeleteAddressAt deletes the record of addr as DeleteAddress does, but only
 // if its revision is still rev: store.ErrConflict if the address was
-// released and taken again since, store.ErrNotFound if it is gone.
+// released and taken again since, store.ErrNotFound if it is gone. A
+// revision <= 0 matches no record: store.ErrConflict if there is one.
 func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
-	if rev <= 0 {
-		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d: %w", addr, rev, store.ErrConflict)
-	}
-	return s.deleteAddress(ctx, addr, rev)
+	return s.deleteAddress(ctx, addr, true, rev)
 }
 
-// deleteAddress deletes the record of addr, if rev is not 0 only the record
-// created at rev.
-func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
+// deleteAddress deletes the record of addr; with at, only the record created
+// at rev.
+func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev int64) (ipaddress.IPAddress, int64, error) {
 	if err := s.check(ctx); err != nil {
 		return ipaddress.IPAddress{}, 0, err
 	}
-	if !addr.IsValid() {
-		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	if err := noRecord(addr); err != nil {
+		return ipaddress.IPAddress{}, 0, err
 	}
 	key := s.addrKey(addr)
 	for {
@@ -611,7 +700,7 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (
 			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 		}
 		kv := resp.Kvs[0]
-		if rev != 0 && kv.CreateRevision != rev {
+		if at && kv.CreateRevision != rev {
 			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d, not %d: %w", addr, kv.CreateRevision, rev, store.ErrConflict)
 		}
 		rec, version, err := recordVersionFromKV(key, addr, kv.Value, kv.CreateRevision)
@@ -637,13 +726,23 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, rev int64) (
 	}
 }
 
+// noRecord returns store.ErrNotFound for an address CreateAddresses refuses:
+// no record can have it, and its key may be another address's (a key drops
+// the zone, and the zero Addr's is ::'s), so it must not reach etcd.
+func noRecord(addr netip.Addr) error {
+	if ipaddress.ValidateAddr(addr) != nil {
+		return fmt.Errorf("address %q: %w", addr, store.ErrNotFound)
+	}
+	return nil
+}
+
 // GetAddress implements store.Store.
 func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
 	if err := s.check(ctx); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	if !addr.IsValid() {
-		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
+	if err := noRecord(addr); err != nil {
+		return ipaddress.IPAddress{}, err
 	}
 	key := s.addrKey(addr)
 	resp, err := s.cli.Get(ctx, key)
@@ -685,24 +784,42 @@ func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	var out []ipaddress.IPAddress
-	_, err := s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
-		key := string(kv.Key)
-		a, err := addrFromKey(key, s.ipPfx)
+	return retryCompacted(func() ([]ipaddress.IPAddress, error) {
+		var out []ipaddress.IPAddress
+		_, err := s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
+			key := string(kv.Key)
+			a, err := addrFromKey(key, s.ipPfx)
+			if err != nil {
+				return err
+			}
+			r, err := recordFromKV(key, a, kv.Value, kv.CreateRevision)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+			return nil
+		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		r, err := recordFromKV(key, a, kv.Value, kv.CreateRevision)
-		if err != nil {
-			return err
-		}
-		out = append(out, r)
-		return nil
+		return out, nil
 	})
-	if err != nil {
-		return nil, err
+}
+
+// maxCompactedRetries bounds how many times retryCompacted reads again.
+const maxCompactedRetries = 5
+
+// retryCompacted runs read, a listing of several pages at one revision,
+// again when etcd compacted that revision between its pages (list fails
+// with rpctypes.ErrCompacted), at most maxCompactedRetries times.
+func retryCompacted[T any](read func() (T, error)) (T, error) {
+	for attempt := 0; ; attempt++ {
+		v, err := read()
+		if errors.Is(err, rpctypes.ErrCompacted) && attempt < maxCompactedRetries {
+			continue
+		}
+		return v, err
 	}
-	return out, nil
 }
 
 // list reads the keys of [start, end) in pages of s.pageSize, all at one

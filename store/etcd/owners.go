@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/netipam/netipam/ipaddress"
@@ -140,25 +139,21 @@ func (x *ownerIndex) removeLocked(a netip.Addr) {
 // failed listing leaves the index as it was.
 func (x *ownerIndex) load(ctx context.Context) (int64, error) {
 	fresh := &ownerIndex{s: x.s}
-	for attempt := 0; ; attempt++ {
+	rev, err := retryCompacted(func() (int64, error) {
 		fresh.clearLocked()
-		rev, err := x.s.list(ctx, x.s.ipPfx, clientv3.GetPrefixRangeEnd(x.s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
+		return x.s.list(ctx, x.s.ipPfx, clientv3.GetPrefixRangeEnd(x.s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
 			fresh.putLocked(string(kv.Key), kv.Value, kv.CreateRevision)
 			return nil
 		})
-		// The revision read may be compacted between pages: read again.
-		if errors.Is(err, rpctypes.ErrCompacted) && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		x.mu.Lock()
-		x.byAddr, x.byOwner, x.corrupt = fresh.byAddr, fresh.byOwner, fresh.corrupt
-		x.setRevLocked(rev)
-		x.mu.Unlock()
-		return rev, nil
+	})
+	if err != nil {
+		return 0, err
 	}
+	x.mu.Lock()
+	x.byAddr, x.byOwner, x.corrupt = fresh.byAddr, fresh.byOwner, fresh.corrupt
+	x.setRevLocked(rev)
+	x.mu.Unlock()
+	return rev, nil
 }
 
 // run lists the address records and follows their changes, listing again

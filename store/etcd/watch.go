@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/netipam/netipam/cidrset"
@@ -60,14 +59,7 @@ func (s *Store) watchRange() (start, end string) {
 // at one revision. With report nil it fails on the first key or value it
 // cannot decode; otherwise it reports it, leaves it out and goes on.
 func (s *Store) snapshot(ctx context.Context, report func(error)) (store.Snapshot, error) {
-	for attempt := 0; ; attempt++ {
-		snap, err := s.snapshotOnce(ctx, report)
-		// The revision read may be compacted between pages: read again.
-		if errors.Is(err, rpctypes.ErrCompacted) && attempt < 5 {
-			continue
-		}
-		return snap, err
-	}
+	return retryCompacted(func() (store.Snapshot, error) { return s.snapshotOnce(ctx, report) })
 }
 
 func (s *Store) snapshotOnce(ctx context.Context, report func(error)) (store.Snapshot, error) {

@@ -138,6 +138,9 @@ func (s *Store) notifyAddress(kind store.EventKind, rec *ipaddress.IPAddress, se
 
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if err := s.lock(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -156,6 +159,9 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 
 // UpdateCIDR implements store.Store.
 func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if err := s.lock(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -402,6 +408,19 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
+	reg := s.registerLocked(ctx, w)
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.watchers = slices.DeleteFunc(s.watchers, func(w *watcher) bool { return w == reg })
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+// registerLocked delivers the snapshot to w and registers it. It unlocks mu
+// even if w.Reset panics, so a caller that recovers keeps a usable store.
+func (s *Store) registerLocked(ctx context.Context, w store.Watcher) *watcher {
+	defer s.mu.Unlock()
 	snap := store.Snapshot{Revision: s.rev, Addrs: make([]netip.Addr, 0, s.addrs.len())}
 	for _, c := range s.cidrs {
 		snap.CIDRs = append(snap.CIDRs, c.Clone())
@@ -411,13 +430,7 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	reg := &watcher{ctx: ctx, w: w}
 	reg.addr, _ = w.(store.AddressWatcher)
 	s.watchers = append(s.watchers, reg)
-	s.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.watchers = slices.DeleteFunc(s.watchers, func(w *watcher) bool { return w == reg })
-		s.mu.Unlock()
-	})
-	return nil
+	return reg
 }
 
 // Close implements store.Store.

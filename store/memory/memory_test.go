@@ -170,3 +170,34 @@ type plainWatcher struct{ w *addressWatcher }
 
 func (p plainWatcher) Reset(s store.Snapshot) { p.w.Reset(s) }
 func (p plainWatcher) Apply(e store.Event)    { p.w.Apply(e) }
+
+// panickyWatcher panics when it is given its snapshot.
+type panickyWatcher struct{}
+
+func (panickyWatcher) Reset(store.Snapshot) { panic("watcher refuses the snapshot") }
+func (panickyWatcher) Apply(store.Event)    {}
+
+// TestAWatcherThatPanicsLeavesTheStoreUsable: a caller that recovers from
+// its watcher's panic in Reset still has a store it can call.
+func TestAWatcherThatPanicsLeavesTheStoreUsable(t *testing.T) {
+	st := memory.New() // not closed on failure: Close would wait for the lock
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the watcher's panic did not reach Watch's caller")
+			}
+		}()
+		_ = st.Watch(context.Background(), panickyWatcher{})
+	}()
+	if !st.Mutex().TryLock() {
+		t.Fatal("the store is left locked after its watcher panicked")
+	}
+	st.Mutex().Unlock()
+	c := cidrset.CIDR{Name: "after", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}
+	if _, err := st.CreateCIDR(context.Background(), c); err != nil {
+		t.Fatalf("CreateCIDR after a watcher panicked: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -689,7 +689,9 @@ func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
 
 // find returns the slot of address a in its table t, or -1.
 func (r *records) find(t *offTable, a netip.Addr) int {
-	if t.n == 0 {
+	// No record has an address CreateAddresses refuses, and the key below
+	// would map a zoned or zero address onto the record of another.
+	if t.n == 0 || !a.IsValid() || a.Zone() != "" {
 		return -1
 	}
 	var k [16]byte

@@ -52,6 +52,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FencedCreatesRacingACIDRUpdate", testRaceFence},
 		{"ConcurrentDistinctCreatesAllSucceed", testDistinctCreates},
 		{"UnstorableAddressesAreInvalid", testInvalidAddress},
+		{"UnstorableAddressesHaveNoRecord", testUnstorableLookups},
+		{"UnstorableCIDRsAreInvalid", testUnstorableCIDRs},
+		{"RevisionZeroNeverMatches", testZeroRevisionsNeverMatch},
 		{"ClosedStoreRefusesCalls", testClosed},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,114 @@
+package storetest
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// unstorable are addresses CreateAddresses refuses. The stored addresses of
+// testUnstorableLookups are what a careless key encoding maps them onto.
+var unstorable = []netip.Addr{{}, ip("fe80::1%eth0"), ip("::ffff:10.0.0.1")}
+
+func testUnstorableLookups(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	kept := []ipaddress.IPAddress{mustAddr(t, s, "::", "zero"), mustAddr(t, s, "fe80::1", "zoned"), mustAddr(t, s, "10.0.0.1", "mapped")}
+	for _, a := range unstorable {
+		if rec, err := s.GetAddress(ctx, a); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetAddress(%q) = %+v, %v; want ErrNotFound", a, rec, err)
+		}
+		if rec, _, err := s.DeleteAddress(ctx, a); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("DeleteAddress(%q) = %+v, %v; want ErrNotFound", a, rec, err)
+		}
+		for _, k := range kept {
+			if rec, _, err := s.DeleteAddressAt(ctx, a, k.Revision); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("DeleteAddressAt(%q, %d) = %+v, %v; want ErrNotFound", a, k.Revision, rec, err)
+			}
+		}
+	}
+	all, err := s.ListAddresses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRecord := func(x, y ipaddress.IPAddress) bool {
+		return x.Addr == y.Addr && x.Parent == y.Parent && x.Revision == y.Revision
+	}
+	for _, k := range kept {
+		if !slices.ContainsFunc(all, func(r ipaddress.IPAddress) bool { return sameRecord(r, k) }) {
+			t.Errorf("the record of %s is gone or changed after lookups of unstorable addresses: %+v", k.Addr, all)
+		}
+	}
+}
+
+func testZeroRevisionsNeverMatch(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "here", "10.0.0.0/24")
+	if err := s.DeleteCIDR(ctx, "missing", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteCIDR(missing, 0): %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteCIDR(ctx, c.Name, 0); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("DeleteCIDR(%s, 0): %v, want ErrConflict", c.Name, err)
+	}
+	for _, f := range []store.Fence{{CIDR: "missing"}, {CIDR: c.Name}, {CIDR: "missing", Touch: true}, {CIDR: c.Name, Touch: true}} {
+		var fe *store.FencedError
+		if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.9"), Parent: owner("a")}}, f); !errors.As(err, &fe) || fe.Fence != f {
+			t.Errorf("CreateAddresses fenced on %+v: %v, want a FencedError naming it", f, err)
+		}
+		if err := s.DeleteCIDR(ctx, c.Name, c.Revision, f); !errors.As(err, &fe) || fe.Fence != f {
+			t.Errorf("DeleteCIDR(%s) fenced on %+v: %v, want a FencedError naming it", c.Name, f, err)
+		}
+	}
+	if got, err := s.GetCIDR(ctx, c.Name); err != nil || got.Revision != c.Revision {
+		t.Errorf("after refused deletes and fences: %+v, %v; want %s unchanged at revision %d", got, err, c.Name, c.Revision)
+	}
+	if _, err := s.GetAddress(ctx, ip("10.0.0.9")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a create fenced on revision 0 stored its address: %v", err)
+	}
+	a := mustAddr(t, s, "10.0.0.7", "b")
+	if _, _, err := s.DeleteAddressAt(ctx, a.Addr, 0); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("DeleteAddressAt(%s, 0): %v, want ErrConflict", a.Addr, err)
+	}
+	if _, _, err := s.DeleteAddressAt(ctx, ip("10.0.0.8"), 0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteAddressAt(10.0.0.8, 0) of no record: %v, want ErrNotFound", err)
+	}
+	if got, err := s.GetAddress(ctx, a.Addr); err != nil || got.Revision != a.Revision {
+		t.Errorf("after DeleteAddressAt(%s, 0): %+v, %v; want the record kept", a.Addr, got, err)
+	}
+}
+
+func testUnstorableCIDRs(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	for _, c := range []cidrset.CIDR{
+		{Name: "zero", Prefixes: []netip.Prefix{{}}},
+		{Name: "second-zero", Prefixes: []netip.Prefix{pfx("10.0.0.0/24"), {}}},
+		{Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}},
+	} {
+		if got, err := s.CreateCIDR(ctx, c); !errors.Is(err, ipaddress.ErrInvalid) {
+			t.Errorf("CreateCIDR(%+v) = %+v, %v; want ipaddress.ErrInvalid", c, got, err)
+		}
+		if c.Name == "" {
+			continue
+		}
+		if _, err := s.GetCIDR(ctx, c.Name); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetCIDR(%s) after a refused create: %v, want ErrNotFound", c.Name, err)
+		}
+	}
+	c := mustCIDR(t, s, "kept", "10.0.0.0/24")
+	bad := c.Clone()
+	bad.Prefixes = append(bad.Prefixes, netip.Prefix{})
+	if _, err := s.UpdateCIDR(ctx, bad); !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Errorf("UpdateCIDR to an invalid prefix: %v, want ipaddress.ErrInvalid", err)
+	}
+	if got, err := s.GetCIDR(ctx, c.Name); err != nil || got.Revision != c.Revision || !slices.Equal(got.Prefixes, c.Prefixes) {
+		t.Errorf("after a refused update: %+v, %v; want %+v", got, err, c)
+	}
+	// The store still watches: nothing it cannot decode was written.
+	if err := s.Watch(ctx, &recorder{}); err != nil {
+		t.Errorf("Watch after refused writes: %v", err)
+	}
+}
