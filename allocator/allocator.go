@@ -297,7 +297,13 @@ func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddre
 func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.ParentRef, v4, v6 netip.Addr) (ipv4, ipv6 ipaddress.IPAddress, err error) {
 	reqs := []request{{family: ipaddress.IPv4, addr: v4}, {family: ipaddress.IPv6, addr: v6}}
 	for _, r := range reqs {
-		if r.addr.IsValid() && ipaddress.FamilyOf(r.addr) != r.family {
+		if !r.addr.IsValid() {
+			continue // the next free one
+		}
+		if err := ipaddress.ValidateAddr(r.addr); err != nil {
+			return ipv4, ipv6, err
+		}
+		if ipaddress.FamilyOf(r.addr) != r.family {
 			return ipv4, ipv6, &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
 		}
 	}

@@ -572,6 +572,24 @@ func TestDualStackAllocatesBothFamiliesOrNeither(t *testing.T) {
 	if _, _, err := a.AllocateDualStack(ctx, svc("f"), ip("fd00:10::1"), netip.Addr{}); !errors.Is(err, allocator.ErrInvalid) {
 		t.Fatalf("dual-stack with an IPv6 address as the IPv4 one: %v", err)
 	}
+	// A static address is validated as Allocate validates it (SPEC §1).
+	for _, bad := range []struct{ v4, v6, detail string }{
+		{"", "fd00:10::2%eth0", "must be a valid IP address"},
+		{"", "::ffff:10.0.0.5", "must not be an IPv4-mapped IPv6 address"},
+		{"::ffff:10.0.0.5", "", "must not be an IPv4-mapped IPv6 address"},
+	} {
+		var v4, v6 netip.Addr
+		if bad.v4 != "" {
+			v4 = ip(bad.v4)
+		}
+		if bad.v6 != "" {
+			v6 = ip(bad.v6)
+		}
+		var fe *ipaddress.FieldError
+		if _, _, err := a.AllocateDualStack(ctx, svc("h"), v4, v6); !errors.As(err, &fe) || !strings.HasPrefix(fe.Detail, bad.detail) {
+			t.Fatalf("dual-stack with %q, %q: %v, want the validation error %q", bad.v4, bad.v6, err, bad.detail)
+		}
+	}
 	v4, v6, err = a.AllocateDualStack(ctx, svc("g"), ip("10.0.0.201"), netip.Addr{})
 	if err != nil || v4.Addr != ip("10.0.0.201") || v6.Addr != v6s[0] {
 		t.Fatalf("dual-stack static IPv4 + next IPv6 = %v, %v, %v", v4, v6, err)
@@ -740,6 +758,23 @@ func TestDefaultCIDRIsCreatedAndMayOnlyBecomeDualStack(t *testing.T) {
 	}
 	if got, _ := a.GetCIDR("kubernetes"); len(got.Prefixes) != 2 || got.Prefixes[0] != pfx("10.96.0.0/28") {
 		t.Fatalf("default CIDR changed to %+v", got)
+	}
+	// A Terminating default CIDR is reported as it is; once its deletion
+	// completes, EnsureDefault creates it again.
+	held := ip("10.96.0.1")
+	mustStatic(t, a, held.String(), "kubernetes")
+	var blocked *allocator.DeletionBlockedError
+	if err := a.DeleteCIDR(ctx, "kubernetes"); !errors.As(err, &blocked) {
+		t.Fatalf("DeleteCIDR(kubernetes) holding %s: %v, want blocked", held, err)
+	}
+	if c, err := a.EnsureDefault(ctx, pfx("10.96.0.0/28"), pfx("fd00:10::/108")); err != nil || !c.Terminating {
+		t.Fatalf("EnsureDefault while the default CIDR is Terminating = %+v, %v; want it, Terminating", c, err)
+	}
+	if err := a.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := a.EnsureDefault(ctx, pfx("10.96.0.0/28"), pfx("fd00:10::/108")); err != nil || c.Terminating {
+		t.Fatalf("EnsureDefault after the default CIDR was deleted = %+v, %v; want it created anew", c, err)
 	}
 }
 

@@ -284,6 +284,20 @@ func parentFlag(e *env, required bool) (ipaddress.ParentRef, bool, error) {
 
 func parseAddr(s string) (netip.Addr, error) { return ipaddress.ParseAddr(s) }
 
+// familyFlag reads --family, in any case: 4 or ipv4, 6 or ipv6, and dual,
+// 4,6 or 6,4 for both. It returns no family for anything else.
+func familyFlag(s string) []ipaddress.Family {
+	switch strings.ToLower(s) {
+	case "4", "ipv4":
+		return []ipaddress.Family{ipaddress.IPv4}
+	case "6", "ipv6":
+		return []ipaddress.Family{ipaddress.IPv6}
+	case "dual", "4,6", "6,4":
+		return []ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6}
+	}
+	return nil
+}
+
 func ipAllocate(e *env) error {
 	ref, _, err := parentFlag(e, true)
 	if err != nil {
@@ -297,7 +311,7 @@ func ipAllocate(e *env) error {
 		if err != nil {
 			return err
 		}
-		if famGiven && fam != ipaddress.FamilyOf(addr).String() && fam != fmt.Sprint(uint8(ipaddress.FamilyOf(addr))) {
+		if fs := familyFlag(fam); famGiven && (len(fs) != 1 || fs[0] != ipaddress.FamilyOf(addr)) {
 			return usageErrorf("--family %s does not match address %s", fam, addr)
 		}
 		rec, err := e.a.Allocate(e.ctx, addr, ref)
@@ -308,20 +322,14 @@ func ipAllocate(e *env) error {
 	case !famGiven:
 		return usageErrorf("ip allocate: give an address or --family 4|6|dual")
 	default:
-		switch strings.ToLower(fam) {
-		case "4", "ipv4":
-			rec, err := e.a.AllocateNext(e.ctx, ipaddress.IPv4, ref)
+		switch fs := familyFlag(fam); len(fs) {
+		case 1:
+			rec, err := e.a.AllocateNext(e.ctx, fs[0], ref)
 			if err != nil {
-				return fmt.Errorf("allocating an IPv4 address: %w", err)
+				return fmt.Errorf("allocating an %s address: %w", fs[0], err)
 			}
 			recs = append(recs, rec)
-		case "6", "ipv6":
-			rec, err := e.a.AllocateNext(e.ctx, ipaddress.IPv6, ref)
-			if err != nil {
-				return fmt.Errorf("allocating an IPv6 address: %w", err)
-			}
-			recs = append(recs, rec)
-		case "dual", "4,6", "6,4":
+		case 2:
 			v4, v6, err := e.a.AllocateDualStack(e.ctx, ref, netip.Addr{}, netip.Addr{})
 			if err != nil {
 				return fmt.Errorf("allocating a dual-stack pair: %w", err)

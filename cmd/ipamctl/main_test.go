@@ -248,6 +248,30 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// TestFamilyFlagReadsAlikeWithAndWithoutAnAddress: --family is read the
+// same way, in any case, whether ip allocate is given an address or not;
+// with one, it must name the address's family.
+func TestFamilyFlagReadsAlikeWithAndWithoutAnAddress(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "dual", "10.0.0.0/24", "fd00:10::/120")
+	for i, fam := range []string{"4", "ipv4", "IPv4", "IPV4"} {
+		c.ok("ip", "allocate", fmt.Sprintf("10.0.0.%d", 10+i), "--family", fam, "--parent", "services/default/static")
+		c.ok("ip", "allocate", "--family", fam, "--parent", "services/default/dynamic")
+	}
+	for i, fam := range []string{"6", "ipv6", "IPv6"} {
+		c.ok("ip", "allocate", fmt.Sprintf("fd00:10::%d", 10+i), "--family", fam, "--parent", "services/default/static")
+		c.ok("ip", "allocate", "--family", fam, "--parent", "services/default/dynamic")
+	}
+	for _, fam := range []string{"6", "ipv6", "dual", "5"} {
+		c.fail(exitUsage, "does not match address", "ip", "allocate", "10.0.0.20", "--family", fam, "--parent", "services/default/static")
+	}
+	var ips list[ipObject]
+	c.json(&ips, "ip", "get", "--parent", "services/default/static")
+	if len(ips.Items) != 7 {
+		t.Fatalf("services/default/static holds %d addresses, want 7: %+v", len(ips.Items), ips.Items)
+	}
+}
+
 func TestOwnerWideGetAndRelease(t *testing.T) {
 	c := newBoltCLI(t)
 	c.ok("cidr", "create", "dual", "10.0.0.0/24", "fd00:10::/120")
