@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"UnstorableAddressesHaveNoRecord", testUnstorableLookups},
 		{"UnstorableCIDRsAreInvalid", testUnstorableCIDRs},
 		{"RevisionZeroNeverMatches", testZeroRevisionsNeverMatch},
+		{"RandomCallsFollowAModel", testRandomCallsFollowAModel},
 		{"ClosedStoreRefusesCalls", testClosed},
 	}
 	for _, tc := range tests {
