@@ -29,6 +29,13 @@ func FuzzParseAddr(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := ParseAddr(s)
+		legacy, ok := ParseAddrLegacy(s)
+		if ok && ValidateAddr(legacy) != nil {
+			t.Fatalf("ParseAddrLegacy(%q) = %v, which ValidateAddr rejects", s, legacy)
+		}
+		if err == nil && (!ok || legacy != a) {
+			t.Fatalf("ParseAddr(%q) = %v but ParseAddrLegacy reads %v, %v", s, a, legacy, ok)
+		}
 		if err != nil {
 			checkInvalid(t, s, err)
 			if a.IsValid() {

@@ -332,3 +332,25 @@ func TestNameChecksMatchTheGrammar(t *testing.T) {
 		}
 	})
 }
+
+func TestParseAddrLegacyReadsWhatLegacyParsersRead(t *testing.T) {
+	for s, want := range map[string]string{
+		"10.96.0.5":        "10.96.0.5",
+		"010.096.000.005":  "10.96.0.5",
+		"10.0.0.01":        "10.0.0.1",
+		"FD00::5":          "fd00::5",
+		"2001:db8:0:0::1":  "2001:db8::1",
+		"::ffff:10.96.0.1": "10.96.0.1",
+		"::ffff:010.0.0.1": "10.0.0.1",
+		"fe80::1%eth0":     "fe80::1",
+	} {
+		if got, ok := ParseAddrLegacy(s); !ok || got != netip.MustParseAddr(want) {
+			t.Errorf("ParseAddrLegacy(%q) = %v, %v; want %s", s, got, ok, want)
+		}
+	}
+	for _, s := range []string{"", "10.96.0.300", "10.96.0", "1.2.3.0400", "10.0.0.1%eth0", "foo", "10.0.0.1/24"} {
+		if got, ok := ParseAddrLegacy(s); ok {
+			t.Errorf("ParseAddrLegacy(%q) = %v, want no address", s, got)
+		}
+	}
+}

@@ -14,7 +14,9 @@ type Kind string
 // the "not yet" variants of the two deletions and Failed for errors.
 const (
 	// Invalid: a consumer's address does not parse (strictly: canonical
-	// form, no zone, not IPv4-mapped). Reported only.
+	// form, no zone, not IPv4-mapped). Reported only; a record of the
+	// address it denotes under the legacy reading
+	// (ipaddress.ParseAddrLegacy), whoever it names, is kept.
 	Invalid Kind = "Invalid"
 	// OutOfRange: a consumer's address lies in no CIDR (host containment,
 	// Terminating CIDRs included). Reported only (ClusterIPOutOfRange).

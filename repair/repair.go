@@ -4,7 +4,9 @@
 // the Services and their ClusterIPs), and a pass
 //
 //   - reports consumer addresses that do not parse (Invalid) or lie in no
-//     CIDR (OutOfRange, the reference's ClusterIPOutOfRange);
+//     CIDR (OutOfRange, the reference's ClusterIPOutOfRange); an Invalid
+//     address that still denotes one under the legacy reading
+//     ("010.96.0.5") keeps that address's record;
 //   - creates the missing record of a consumer address ("not allocated;
 //     repairing"), also in the reserved lower band and also inside a
 //     Terminating CIDR, whose removal then waits for the address;
@@ -131,6 +133,10 @@ type pass struct {
 	deleted map[netip.Addr]bool                  // deleted by this pass (or would be)
 	holders map[netip.Addr][]ipaddress.ParentRef // consumers per parsed address
 	holds   map[ipaddress.ParentRef]map[netip.Addr]bool
+	// legacy holds the addresses some consumer lists only in a spelling
+	// ParseAddr refuses but ParseAddrLegacy reads ("010.96.0.5",
+	// "FD00::5"): reported Invalid, never freed.
+	legacy map[netip.Addr]bool
 }
 
 // Run makes one repair pass. The error is for a pass that could not be
@@ -152,6 +158,7 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 		deleted: map[netip.Addr]bool{},
 		holders: map[netip.Addr][]ipaddress.ParentRef{},
 		holds:   map[ipaddress.ParentRef]map[netip.Addr]bool{},
+		legacy:  map[netip.Addr]bool{},
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -195,7 +202,13 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 		p.holds[ref] = map[netip.Addr]bool{}
 		for _, s := range addrs[ref] {
 			a, err := ipaddress.ParseAddr(s)
-			if err != nil || p.holds[ref][a] {
+			if err != nil {
+				if a, ok := ipaddress.ParseAddrLegacy(s); ok {
+					p.legacy[a] = true
+				}
+				continue
+			}
+			if p.holds[ref][a] {
 				continue
 			}
 			p.holds[ref][a] = true
@@ -266,6 +279,12 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	}
 	if p.holds[rec.Parent][rec.Addr] {
 		return // consistent
+	}
+	if p.legacy[rec.Addr] {
+		// A consumer still uses the address, in a spelling reported
+		// Invalid: whoever the record names, freeing it would let the
+		// address be handed out twice.
+		return
 	}
 	kind, pendingKind := WrongReference, WrongReferencePending
 	if _, listed := p.holds[rec.Parent]; !listed {

@@ -141,6 +141,31 @@ func TestConsumerAddressNotParsableIsReported(t *testing.T) {
 	}
 }
 
+// Row 1, and the rule that repair frees no address a consumer holds: an
+// address a consumer lists in a legacy spelling is reported Invalid, and its
+// record is kept, whether it names that consumer or another.
+func TestAnAddressHeldInALegacySpellingKeepsItsRecord(t *testing.T) {
+	e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/24", "fd00::/64"}})
+	e.allocate("10.96.0.5", svc("legacy"))
+	e.allocate("fd00::5", svc("legacy"))
+	e.allocate("10.96.0.6", svc("other"))
+	e.clock.Advance(time.Hour)
+	rep := e.run(false, consumer(svc("legacy"), "010.096.000.005", "FD00::5", "10.96.0.06"), consumer(svc("other")))
+	for _, ev := range rep.Events {
+		if ev.Kind != repair.Invalid {
+			t.Errorf("unexpected %s event: %v", ev.Kind, ev)
+		}
+	}
+	if n := len(rep.Events); n != 3 {
+		t.Errorf("%d events, want the 3 Invalid ones", n)
+	}
+	for _, a := range []string{"10.96.0.5", "fd00::5", "10.96.0.6"} {
+		if _, ok := e.record(a); !ok {
+			t.Errorf("the record of %s, held in a legacy spelling, was deleted", a)
+		}
+	}
+}
+
 // Row 2: consumer address outside every CIDR → ClusterIPOutOfRange.
 func TestConsumerAddressOutsideEveryCIDRIsReportedClusterIPOutOfRange(t *testing.T) {
 	e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/28"}})
