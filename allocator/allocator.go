@@ -91,6 +91,11 @@ type Allocator struct {
 	cancel context.CancelFunc
 	kick   chan struct{} // wakes the background reconciler to read recheck
 	done   chan struct{}
+	// closed is set by Close, and closing closed with it: calls made after
+	// Close fail, and waits for the index, which stops following the store
+	// then, end.
+	closed  atomic.Bool
+	closing chan struct{}
 
 	// mu guards what follows. Over a store.Locked store it is the store's
 	// own lock, under which the store applies every write to the index:
@@ -198,11 +203,12 @@ func famOf(f ipaddress.Family) (int, bool) {
 // Close.
 func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
 	a := &Allocator{
-		st:    st,
-		kick:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-		index: cidrset.NewIndex(nil),
-		pools: map[netip.Prefix]*pool{},
+		st:      st,
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		closing: make(chan struct{}),
+		index:   cidrset.NewIndex(nil),
+		pools:   map[netip.Prefix]*pool{},
 	}
 	for _, o := range opts {
 		o(&a.cfg)
@@ -252,10 +258,25 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	return a, nil
 }
 
-// Close stops watching the store. It does not close the store.
+// Close stops watching the store; it does not close the store. Later
+// calls that take a context fail with ErrClosed, and so do calls in flight
+// that wait for the index to show their write; CIDRs, GetCIDR, Usage and
+// FamilyUsage keep answering from the index as it was. Close may be called
+// more than once.
 func (a *Allocator) Close() error {
+	if !a.closed.Swap(true) {
+		close(a.closing)
+	}
 	a.cancel()
 	<-a.done
+	return nil
+}
+
+// checkOpen returns ErrClosed once Close was called.
+func (a *Allocator) checkOpen() error {
+	if a.closed.Load() {
+		return ErrClosed
+	}
 	return nil
 }
 
@@ -265,6 +286,9 @@ func (a *Allocator) Store() store.Store { return a.st }
 // AllocateNext allocates a free address of family f to owner, from a live
 // CIDR chosen by the Policy, in its upper band first (KEP-3070).
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
 	if a.locked != nil && a.cfg.observer == nil {
 		if rec, done, err := a.allocateOneLocked(ctx, owner, request{family: f}); done {
 			return rec, err
@@ -278,6 +302,9 @@ func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner 
 // Allocate allocates addr to owner. addr must be inside a live CIDR; the
 // lower band may be used.
 func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
@@ -295,6 +322,9 @@ func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddre
 // neither, in one atomic store write. A family may be given a static
 // address; the zero Addr means "the next free one".
 func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.ParentRef, v4, v6 netip.Addr) (ipv4, ipv6 ipaddress.IPAddress, err error) {
+	if err := a.checkOpen(); err != nil {
+		return ipv4, ipv6, err
+	}
 	reqs := []request{{family: ipaddress.IPv4, addr: v4}, {family: ipaddress.IPv6, addr: v6}}
 	for _, r := range reqs {
 		if !r.addr.IsValid() {
@@ -844,6 +874,9 @@ func (a *Allocator) excludedRunAt(fam int, x u128.U128) (start, end u128.U128, o
 // Release frees addr, whatever the state of the CIDR it is in. Releasing an
 // address inside a Terminating CIDR re-checks whether that CIDR may go.
 func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
+	if err := a.checkOpen(); err != nil {
+		return err
+	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return err
 	}
@@ -878,6 +911,9 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 // error matching ErrConflict if the address was released and allocated
 // again since, and ErrNotFound if it is free.
 func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) error {
+	if err := a.checkOpen(); err != nil {
+		return err
+	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return err
 	}
@@ -900,7 +936,9 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64
 		return
 	}
 	if err := a.WaitRevision(ctx, deleted); err != nil {
-		a.cfg.logger.Warn("waiting for the index to apply a release", "addr", addr, "err", err)
+		if !errors.Is(err, ErrClosed) {
+			a.cfg.logger.Warn("waiting for the index to apply a release", "addr", addr, "err", err)
+		}
 		return
 	}
 	var dying []string
@@ -921,16 +959,25 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64
 
 // Get returns the record of addr from the store.
 func (a *Allocator) Get(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
 	return a.st.GetAddress(ctx, addr)
 }
 
 // AddressesOf returns the records owner holds, through the store's owner index.
 func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return nil, err
+	}
 	return a.st.AddressesOf(ctx, owner)
 }
 
 // ReleaseOwner releases every address owner holds and returns them.
 func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef) ([]netip.Addr, error) {
+	if err := a.checkOpen(); err != nil {
+		return nil, err
+	}
 	recs, err := a.st.AddressesOf(ctx, owner)
 	if err != nil {
 		return nil, err

@@ -47,6 +47,9 @@ func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 // may overlap, or equal, existing CIDRs: addresses stay unique across all.
 // A new CIDR may unblock the deletion of a Terminating one it covers.
 func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	if err := a.checkOpen(); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	c := cidrset.CIDR{Name: name, Prefixes: prefixes}
 	if err := c.Validate(); err != nil {
 		return cidrset.CIDR{}, err
@@ -79,6 +82,9 @@ func (a *Allocator) admitCIDR(ctx context.Context, old *cidrset.CIDR, c cidrset.
 // single-stack to dual-stack with the first prefix unchanged
 // (cidrset.ValidateUpdate).
 func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	if err := a.checkOpen(); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	for {
 		old, err := a.st.GetCIDR(ctx, name)
 		if err != nil {
@@ -115,6 +121,9 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 // Terminating and is removed by the allocator once they are released or a
 // covering CIDR appears.
 func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
+	if err := a.checkOpen(); err != nil {
+		return err
+	}
 	for {
 		c, err := a.st.GetCIDR(ctx, name)
 		if err != nil {
@@ -187,6 +196,9 @@ func (a *Allocator) terminatingOverlappingLocked(c cidrset.CIDR) []string {
 // only that it exist. Once its deletion completes, EnsureDefault creates
 // it again.
 func (a *Allocator) EnsureDefault(ctx context.Context, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	if err := a.checkOpen(); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	for {
 		cur, err := a.st.GetCIDR(ctx, cidrset.DefaultName)
 		if isNotFound(err) {

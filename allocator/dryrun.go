@@ -20,6 +20,9 @@ func (a *Allocator) DryRun() DryRun { return DryRun{a} }
 // AllocateNext returns the address AllocateNext would choose now. With a
 // random strategy the real call may choose another.
 func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (netip.Addr, error) {
+	if err := d.a.checkOpen(); err != nil {
+		return netip.Addr{}, err
+	}
 	var out results
 	err := d.a.allocate(ctx, owner, []request{{family: f}}, true, &out)
 	return out[0].Addr, err
@@ -27,6 +30,9 @@ func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipad
 
 // Allocate reports whether Allocate(addr, owner) would succeed now.
 func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) error {
+	if err := d.a.checkOpen(); err != nil {
+		return err
+	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return err
 	}
@@ -44,6 +50,9 @@ func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.P
 
 // CreateCIDR validates a CIDR as CreateCIDR would.
 func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) error {
+	if err := d.a.checkOpen(); err != nil {
+		return err
+	}
 	c := cidrset.CIDR{Name: name, Prefixes: prefixes}
 	if err := c.Validate(); err != nil {
 		return err
@@ -62,6 +71,9 @@ func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.P
 // DeleteCIDR tells whether deleting the CIDR now would remove it at once,
 // and if not which addresses would hold it.
 func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision, error) {
+	if err := d.a.checkOpen(); err != nil {
+		return finalizer.Decision{}, err
+	}
 	c, err := d.a.st.GetCIDR(ctx, name)
 	if err != nil {
 		return finalizer.Decision{}, err

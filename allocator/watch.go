@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	"go4.org/netipx"
 
@@ -350,32 +351,55 @@ func (a *Allocator) recheckAfterPutLocked(c cidrset.CIDR) {
 // reconcileLoop re-checks the Terminating CIDRs that a change shown by the
 // watch may have unblocked (recheckLocked): one whose addresses were
 // released by any allocator, one that a CIDR created or changed overlaps.
-// A check that fails is tried again on the next change.
+// A check that fails (the store unreachable a moment) is tried again on the
+// next change or after a backoff, whichever comes first: no change may
+// follow the last release of a CIDR's addresses.
 func (a *Allocator) reconcileLoop(ctx context.Context) {
 	defer close(a.done)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	var backoff time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
+		case <-retry.C:
 		}
 		a.mu.Lock()
 		names := slices.Sorted(maps.Keys(a.recheck))
 		clear(a.recheck)
 		a.mu.Unlock()
+		failed := false
 		for _, name := range names {
 			if _, err := a.fin.Reconcile(ctx, name); err != nil && ctx.Err() == nil {
 				a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
 				a.mu.Lock()
 				a.recheck[name] = struct{}{}
 				a.mu.Unlock()
+				failed = true
 			}
+		}
+		if failed {
+			backoff = min(max(2*backoff, recheckBackoffMin), recheckBackoffMax)
+			retry.Reset(backoff)
+		} else if len(names) > 0 {
+			backoff = 0
 		}
 	}
 }
 
+// The backoff of a failed re-check doubles from recheckBackoffMin up to
+// recheckBackoffMax, and starts again after one that succeeds.
+const (
+	recheckBackoffMin = 100 * time.Millisecond
+	recheckBackoffMax = 10 * time.Second
+)
+
 // WaitRevision blocks until the allocator's index reflects the store at
-// revision rev or later.
+// revision rev or later. It fails with ErrClosed once Close was called:
+// the index then no longer follows the store.
 func (a *Allocator) WaitRevision(ctx context.Context, rev int64) error {
 	a.mu.Lock()
 	for a.rev < rev {
@@ -390,6 +414,8 @@ func (a *Allocator) WaitRevision(ctx context.Context, rev int64) error {
 		case <-ch:
 		case <-ctx.Done():
 			err = ctx.Err()
+		case <-a.closing:
+			err = ErrClosed
 		}
 		a.mu.Lock()
 		a.waiters--

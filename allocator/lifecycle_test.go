@@ -1,0 +1,140 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/memory"
+)
+
+// unreachable is a store whose CIDR reads fail while down is set, as
+// reads do during an etcd leader election. It hides memory's Locked
+// methods, so the allocator takes the path of a remote store.
+type unreachable struct {
+	store.Store
+	down   atomic.Bool
+	failed atomic.Int64
+}
+
+func (u *unreachable) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
+	if u.down.Load() {
+		u.failed.Add(1)
+		return cidrset.CIDR{}, errors.New("etcdserver: leader changed")
+	}
+	return u.Store.GetCIDR(ctx, name)
+}
+
+// waitUntil polls cond; the deadline only bounds a test that fails.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// SPEC §4: a Terminating CIDR is removed once its addresses are released.
+// If the store fails the check that follows the last release, nothing else
+// may ever happen to the CIDR: the check must be retried on its own.
+func TestABlockedDeletionIsRetriedAfterTheStoreFailedItsCheck(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	st := &unreachable{Store: mem}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "x", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	mustStatic(t, a, "10.0.0.5", "a")
+	if err := a.DeleteCIDR(ctx, "x"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(x) holding 10.0.0.5: %v, want blocked", err)
+	}
+	st.down.Store(true)
+	if err := a.Release(ctx, ip("10.0.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	// The check after the release and the reconciler's own have failed.
+	waitUntil(t, "the store failed both checks", func() bool { return st.failed.Load() >= 2 })
+	st.down.Store(false)
+	waitUntil(t, "x is removed", func() bool {
+		_, err := mem.GetCIDR(ctx, "x")
+		return errors.Is(err, store.ErrNotFound)
+	})
+}
+
+// Close ends what waits for the index, which stops following the store,
+// and refuses later calls with ErrClosed rather than let them hang.
+func TestCloseEndsWaitsAndRefusesLaterCalls(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"x=10.0.0.0/24"})
+	mustStatic(t, a, "10.0.0.5", "a")
+	waited := make(chan error, 1)
+	go func() { waited <- a.WaitRevision(ctx, 1<<62) }()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, allocator.ErrClosed) {
+			t.Errorf("a wait in flight at Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a wait in flight at Close did not end")
+	}
+	owner := svc("late")
+	calls := map[string]func() error{
+		"AllocateNext": func() error { _, err := a.AllocateNext(ctx, ipaddress.IPv4, owner); return err },
+		"Allocate":     func() error { _, err := a.Allocate(ctx, ip("10.0.0.6"), owner); return err },
+		"AllocateDualStack": func() error {
+			_, _, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
+			return err
+		},
+		"Release":      func() error { return a.Release(ctx, ip("10.0.0.5")) },
+		"ReleaseAt":    func() error { return a.ReleaseAt(ctx, ip("10.0.0.5"), 1) },
+		"ReleaseOwner": func() error { _, err := a.ReleaseOwner(ctx, svc("a")); return err },
+		"Get":          func() error { _, err := a.Get(ctx, ip("10.0.0.5")); return err },
+		"AddressesOf":  func() error { _, err := a.AddressesOf(ctx, svc("a")); return err },
+		"CreateCIDR":   func() error { _, err := a.CreateCIDR(ctx, "y", pfx("10.1.0.0/24")); return err },
+		"UpdateCIDR": func() error {
+			_, err := a.UpdateCIDR(ctx, "x", pfx("10.0.0.0/24"), pfx("fd00::/64"))
+			return err
+		},
+		"DeleteCIDR":    func() error { return a.DeleteCIDR(ctx, "x") },
+		"EnsureDefault": func() error { _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/24")); return err },
+		"DryRun().AllocateNext": func() error {
+			_, err := a.DryRun().AllocateNext(ctx, ipaddress.IPv4, owner)
+			return err
+		},
+		"DryRun().Allocate":   func() error { return a.DryRun().Allocate(ctx, ip("10.0.0.6"), owner) },
+		"DryRun().CreateCIDR": func() error { return a.DryRun().CreateCIDR(ctx, "y", pfx("10.1.0.0/24")) },
+		"DryRun().DeleteCIDR": func() error { _, err := a.DryRun().DeleteCIDR(ctx, "x"); return err },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, allocator.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	if got, err := a.Get(ctx, ip("10.0.0.5")); err == nil {
+		t.Errorf("Get after Close returned %+v", got)
+	}
+	if _, err := a.GetCIDR("x"); err != nil {
+		t.Errorf("GetCIDR after Close: %v, want the index's copy", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
