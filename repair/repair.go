@@ -88,7 +88,8 @@ type Repairer struct {
 	Consumers Consumers
 	// LeakGrace is how old a record must be to be deleted as leaked or
 	// wrongly referenced. Zero means DefaultLeakGrace; negative means no
-	// grace at all.
+	// grace at all. A record's age counts from the latest time its stamp
+	// may stand for: the end of its second for a stamp of whole seconds.
 	LeakGrace time.Duration
 	// Now is the clock the records' ages are measured with; time.Now when
 	// nil.
@@ -302,8 +303,13 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 		kind, pendingKind = Leak, LeakPending
 	}
 	age := p.now.Sub(rec.Created)
-	if rec.Created.IsZero() {
+	switch {
+	case rec.Created.IsZero():
 		age = p.grace + 1 // a store that does not stamp records: no grace
+	case rec.Created.Nanosecond() == 0:
+		// A stamp of whole seconds (the memory store's) may stand for
+		// any time in its second: the record may be a second younger.
+		age -= time.Second
 	}
 	if age <= p.grace {
 		var msg string
