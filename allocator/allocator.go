@@ -411,7 +411,12 @@ func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, req
 	from, err := a.allocateOnce(ctx, owner, reqs, dryRun, out)
 	took := time.Since(start)
 	for i, r := range reqs {
-		ev := AllocationEvent{Scope: ScopeDynamic, Family: r.family, Err: err, Duration: took, CIDR: from[i]}
+		if err != nil && from.failed >= 0 && i != from.failed {
+			// Chosen but not created, or never tried, because the other
+			// request failed: no allocation, and no error, of its CIDR.
+			continue
+		}
+		ev := AllocationEvent{Scope: ScopeDynamic, Family: r.family, Err: err, Duration: took, CIDR: from.cidr[i]}
 		if r.addr.IsValid() {
 			ev.Scope, ev.Family = ScopeStatic, ipaddress.FamilyOf(r.addr)
 		}
@@ -421,13 +426,25 @@ func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, req
 }
 
 // sources names, per request, the CIDR it was (or would have been) served
-// from. Requests are one address per family, so two at most.
-type sources [2]string
+// from; requests are one address per family, so two at most. failed is the
+// request that failed the allocation, or -1 when none did or the failure
+// was not one request's (the store's, the context's, the owner's).
+type sources struct {
+	cidr   [2]string
+	failed int
+}
 
-func sourcesOf(choices []choice) (s sources) {
+func sourcesOf(choices []choice) sources {
+	s := sources{failed: -1}
 	for i, c := range choices {
-		s[i] = c.fence.CIDR
+		s.cidr[i] = c.fence.CIDR
 	}
+	return s
+}
+
+// failedAt is s with request i as the one that failed.
+func (s sources) failedAt(i int) sources {
+	s.failed = i
 	return s
 }
 
@@ -435,12 +452,12 @@ func sourcesOf(choices []choice) (s sources) {
 // a race for an address; it returns where the last choices came from.
 func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool, out *results) (sources, error) {
 	if err := owner.Validate(); err != nil {
-		return sources{}, err
+		return sourcesOf(nil), err
 	}
 	if a.knownFull(reqs...) && a.cfg.observer == nil {
 		// The observer is told which CIDR the policy would have blamed,
 		// which takes mu; without one, a full range fails here.
-		return sources{}, ErrFull
+		return sourcesOf(nil), ErrFull
 	}
 	var skip []netip.Addr // taken per the store, though the index did not know yet
 	for attempt := 0; ; attempt++ {
@@ -460,7 +477,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 			return sourcesOf(choices), err
 		case a.locked != nil:
 			if err := ctx.Err(); err != nil {
-				return sources{}, err
+				return sourcesOf(nil), err
 			}
 			choices, err = a.chooseAndCreate(owner, reqs, skip, buf[:0], out)
 		default:
@@ -469,12 +486,13 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		if err == nil {
 			return sourcesOf(choices), nil
 		}
-		if len(choices) == 0 || !choices[len(choices)-1].addr.IsValid() {
-			return sourcesOf(choices), err // no choice: nothing to retry
+		if n := len(choices); n == 0 || !choices[n-1].addr.IsValid() {
+			// The last request found nothing to choose: nothing to retry.
+			return sourcesOf(choices).failedAt(n - 1), err
 		}
 		if taken, ok := takenAddr(err); ok {
-			if slices.ContainsFunc(reqs, func(r request) bool { return r.addr == taken }) {
-				return sourcesOf(choices), ErrAllocated
+			if i := slices.IndexFunc(reqs, func(r request) bool { return r.addr == taken }); i >= 0 {
+				return sourcesOf(choices).failedAt(i), ErrAllocated
 			}
 			skip = append(skip, taken)
 		} else if cidr, ok := fencedCIDR(err); ok {

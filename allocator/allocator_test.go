@@ -938,6 +938,52 @@ func TestObserverNamesTheCIDROfEveryOutcome(t *testing.T) {
 	}
 }
 
+// A dual-stack allocation that fails tells the observer of the request that
+// failed it only: the other family's CIDR neither allocated (its choice was
+// never created) nor failed, so per-CIDR error metrics must not charge it.
+func TestObserverChargesADualStackFailureToTheFamilyThatFailed(t *testing.T) {
+	ctx := context.Background()
+	events := func(rec *recorder) []string {
+		var got []string
+		for _, ev := range rec.events {
+			got = append(got, fmt.Sprintf("%s %s %s %v", ev.CIDR, ev.Family, ev.Scope, ev.Err != nil))
+		}
+		rec.events = nil
+		return got
+	}
+	rec := &recorder{}
+	a, _ := newAllocator(t, []string{"v4=10.0.0.0/30", "v6=fd00::/126"}, allocator.WithObserver(rec))
+	v6 := mustNext(t, a, ipaddress.IPv6, "fill-1")
+	mustNext(t, a, ipaddress.IPv6, "fill-2")
+	mustNext(t, a, ipaddress.IPv6, "fill-3")
+	events(rec)
+	if _, _, err := a.AllocateDualStack(ctx, svc("d"), netip.Addr{}, netip.Addr{}); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("dual-stack with IPv6 full: %v, want ErrFull", err)
+	}
+	if got, want := events(rec), []string{"v6 IPv6 dynamic true"}; !slices.Equal(got, want) {
+		t.Errorf("IPv6 full: events %q, want %q", got, want)
+	}
+	if err := a.Release(ctx, v6); err != nil {
+		t.Fatal(err)
+	}
+	mustStatic(t, a, "10.0.0.1", "taken")
+	events(rec)
+	if _, _, err := a.AllocateDualStack(ctx, svc("d"), ip("10.0.0.1"), netip.Addr{}); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("dual-stack with a taken static IPv4: %v, want ErrAllocated", err)
+	}
+	if got, want := events(rec), []string{"v4 IPv4 static true"}; !slices.Equal(got, want) {
+		t.Errorf("static IPv4 taken: events %q, want %q", got, want)
+	}
+	mustNext(t, a, ipaddress.IPv4, "fill-4")
+	events(rec)
+	if _, _, err := a.AllocateDualStack(ctx, svc("d"), netip.Addr{}, netip.Addr{}); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("dual-stack with both full: %v, want ErrFull", err)
+	}
+	if got, want := events(rec), []string{"v4 IPv4 dynamic true"}; !slices.Equal(got, want) {
+		t.Errorf("IPv4 full first: events %q, want %q", got, want)
+	}
+}
+
 // TestMostFreeChoosesAsItsOrderSays: the allocator finds MostFree's choice
 // without asking for the order; it must be the first CIDR with a free
 // address in the order MostFree.Order gives, the oldest first among
