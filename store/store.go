@@ -64,10 +64,11 @@ func (e *FencedError) Error() string {
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // CheckCIDR reports whether c can be stored: it needs a name, and every
-// prefix must be valid, so that a store can read back what it writes. It is not the validation of
-// SPEC §1 (cidrset.Validate), which the allocator applies before a store
-// sees the CIDR; a Store given a CIDR directly must still refuse what it
-// could not decode. The error is an *ipaddress.FieldError.
+// prefix must be valid, so that a store can read back what it writes. It
+// is not the validation of SPEC §1 (cidrset.Validate), which the allocator
+// applies before a store sees the CIDR; a Store given a CIDR directly must
+// still refuse what it could not decode. The error is an
+// *ipaddress.FieldError.
 func CheckCIDR(c cidrset.CIDR) error {
 	if c.Name == "" {
 		return &ipaddress.FieldError{Field: "metadata.name"}
