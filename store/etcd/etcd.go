@@ -93,19 +93,17 @@
 // DeleteCIDR compare the CIDR's ModRevision, and DeleteCIDR the fences'
 // too. A batch may hold at most MaxBatch addresses.
 //
-// A creating transaction, once sent, is not canceled with the caller's ctx:
-// etcd may apply it all the same, so CreateAddresses waits for its answer
-// and reports an applied create as done, with its records, even after ctx
-// ended; it waits at most 5 s past ctx. When the transaction fails in a way
-// that leaves its outcome unknown (the member serving it went away, or those
-// 5 s ran out), the store reads the keys back, for at most 5 s and never more
-// than 5 s past ctx: if they hold exactly the values it wrote, the create
-// succeeded and is reported so. The read-back sees only what etcd committed
-// before it: a create still in flight then (on its way to the leader, or not
-// yet synced) is reported as failed, yet may commit later. Its records
-// belong to an owner told it has none; a repair pass (package repair)
-// deletes them as leaked once they are older than its grace period (60 s by
-// default).
+// A create, once sent, is not canceled with the caller's ctx: etcd may
+// apply it all the same. CreateAddresses waits up to 5 s past ctx for
+// etcd's answer, so that a create etcd applied is reported as done, with
+// its records, even after ctx ended. When the answer leaves the outcome
+// unknown (the member serving it went away, or the 5 s ran out), the store
+// reads the keys back, again for at most 5 s past ctx: keys holding exactly
+// the values it wrote mean the create succeeded. A read sees only what etcd
+// committed before it, so a create still in flight then is reported as
+// failed yet may commit later; its records belong to an owner told it has
+// none, and a repair pass (package repair) deletes them as leaked once they
+// are older than its grace (60 s by default).
 //
 // # Watch
 //
