@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -505,10 +507,27 @@ func usageCmd(e *env) error {
 
 // ---- repair ----
 
-// consumerEntry is one element of the --consumers file.
+// consumerEntry is one element of the --consumers file. Addresses is a
+// pointer so that a missing key is told from an empty list: an owner read
+// as holding nothing has its records deleted.
 type consumerEntry struct {
 	ParentRef json.RawMessage `json:"parentRef"`
-	Addresses []string        `json:"addresses"`
+	Addresses *[]string       `json:"addresses"`
+}
+
+// decodeStrict decodes one JSON value from data into v, refusing unknown
+// keys and trailing data: a misspelt key in a --consumers file would
+// otherwise read as an owner holding nothing, whose records repair deletes.
+func decodeStrict(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
 }
 
 func readConsumers(path string, e *env) ([]repair.Consumer, error) {
@@ -528,7 +547,7 @@ func readConsumers(path string, e *env) ([]repair.Consumer, error) {
 // parseConsumers decodes the --consumers file read from path.
 func parseConsumers(path string, data []byte) ([]repair.Consumer, error) {
 	var entries []consumerEntry
-	if err := json.Unmarshal(data, &entries); err != nil {
+	if err := decodeStrict(data, &entries); err != nil {
 		return nil, usageErrorf("--consumers %s: %v (want a JSON array of {\"parentRef\": \"services/default/x\", \"addresses\": [\"10.96.0.1\"]})", path, err)
 	}
 	out := make([]repair.Consumer, 0, len(entries))
@@ -542,15 +561,18 @@ func parseConsumers(path string, data []byte) ([]repair.Consumer, error) {
 			if ref, err = ipaddress.ParseParentRef(s); err != nil {
 				return nil, usageErrorf("--consumers %s: entry %d: %v", path, i, err)
 			}
-		case json.Unmarshal(en.ParentRef, &obj) == nil:
+		case decodeStrict(en.ParentRef, &obj) == nil:
 			ref = ipaddress.ParentRef{Group: obj.Group, Resource: obj.Resource, Namespace: obj.Namespace, Name: obj.Name}
 			if err := ref.Validate(); err != nil {
 				return nil, usageErrorf("--consumers %s: entry %d: %v", path, i, err)
 			}
 		default:
-			return nil, usageErrorf("--consumers %s: entry %d: parentRef must be a string or an object", path, i)
+			return nil, usageErrorf("--consumers %s: entry %d: parentRef must be a string or an object with only group, resource, namespace and name", path, i)
 		}
-		out = append(out, repair.Consumer{Ref: ref, Addrs: en.Addresses})
+		if en.Addresses == nil {
+			return nil, usageErrorf("--consumers %s: entry %d (%s): \"addresses\" is missing; an owner holding none has \"addresses\": []", path, i, ref)
+		}
+		out = append(out, repair.Consumer{Ref: ref, Addrs: *en.Addresses})
 	}
 	return out, nil
 }

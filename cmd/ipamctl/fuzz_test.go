@@ -11,6 +11,8 @@ func FuzzParseConsumers(f *testing.F) {
 	f.Add([]byte(`[{"parentRef": "services/default/x", "addresses": ["10.96.0.1"]}]`))
 	f.Add([]byte(`[{"parentRef": {"resource": "services", "namespace": "default", "name": "x"}, "addresses": ["fd00::1", "bad"]}]`))
 	f.Add([]byte(`[{"parentRef": 7}]`))
+	f.Add([]byte(`[{"parentRef": "services/x", "address": ["10.96.0.1"]}]`))
+	f.Add([]byte(`[{"parentRef": "services/x", "addresses": []}] [1]`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		consumers, err := parseConsumers("fuzz.json", data)

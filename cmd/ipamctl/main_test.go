@@ -373,3 +373,27 @@ func TestRepairWithConsumersFile(t *testing.T) {
 	}
 	c.fail(exitUsage, "--consumers", "repair", "--consumers", "/nonexistent/file.json")
 }
+
+// A misspelt or missing key in the consumers file would read as an owner
+// holding nothing, whose records repair then deletes: it is refused, and
+// nothing is deleted.
+func TestRepairRefusesAConsumersFileItCouldMisread(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
+	for name, consumers := range map[string]string{
+		"misspelt addresses": `[{"parentRef": "services/default/kubernetes", "address": ["10.96.0.1"]}]`,
+		"missing addresses":  `[{"parentRef": "services/default/kubernetes"}]`,
+		"misspelt owner key": `[{"parentRef": {"resource": "services", "namespace": "default", "nmae": "kubernetes"}, "addresses": ["10.96.0.1"]}]`,
+		"an unknown key":     `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"], "ports": [443]}]`,
+		"trailing data":      `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"]}] []`,
+	} {
+		file := filepath.Join(t.TempDir(), "consumers.json")
+		if err := os.WriteFile(file, []byte(consumers), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Log(name)
+		c.fail(exitUsage, "--consumers", "repair", "--consumers", file, "--leak-grace", "0s")
+	}
+	c.ok("ip", "get", "10.96.0.1")
+}
