@@ -676,6 +676,11 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 	}
 	live := a.live[fam]
 	if len(live) == 0 {
+		if len(a.poolList[fam]) > 0 {
+			// The family is served, but every CIDR of it is Terminating:
+			// no free address in any live CIDR, as the reference says.
+			return choice{}, ErrFull
+		}
 		return choice{}, ErrMismatch
 	}
 	// The built-in policies need no candidates: live is in OldestFirst's

@@ -265,6 +265,17 @@ func TestTerminatingCIDRServesNoNewAllocation(t *testing.T) {
 	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("y")); !errors.Is(err, allocator.ErrFull) {
 		t.Fatalf("with only a Terminating CIDR left: %v, want ErrFull", err)
 	}
+	// With every CIDR of the family Terminating and none live, the family
+	// is full too (SPEC §8.4), not unserved.
+	if err := a.DeleteCIDR(ctx, "kubernetes"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(kubernetes): %v, want blocked", err)
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("z")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("with every IPv4 CIDR Terminating: %v, want ErrFull", err)
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv6, svc("z")); !errors.Is(err, allocator.ErrMismatch) {
+		t.Fatalf("IPv6, which no CIDR serves: %v, want ErrMismatch", err)
+	}
 }
 
 // Walkthrough 8.2.
