@@ -151,7 +151,7 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 		a.cfg.logger.Info("CIDR removed", "cidr", name)
 		return nil
 	}
-	return &DeletionBlockedError{CIDR: name, Blocking: res.Blocking}
+	return &DeletionBlockedError{CIDR: name, Blocking: res.Blocking, More: res.More}
 }
 
 // reconcileCoveredBy re-checks now the Terminating CIDRs that c, just

@@ -77,8 +77,11 @@ func (e *RangeError) Is(target error) bool {
 // be released. It is not a failure of DeleteCIDR: the CIDR is Terminating and
 // goes away once they are; DeleteCIDR returns it so callers see why.
 type DeletionBlockedError struct {
-	CIDR     string
+	CIDR string
+	// Blocking lists, ascending, up to finalizer.MaxBlocking of the
+	// addresses that hold the CIDR; More is true when there are others.
 	Blocking []netip.Addr
+	More     bool
 }
 
 // ErrDeletionBlocked is matched by *DeletionBlockedError.
@@ -88,6 +91,9 @@ func (e *DeletionBlockedError) Error() string {
 	addrs := make([]string, len(e.Blocking))
 	for i, a := range e.Blocking {
 		addrs[i] = a.String()
+	}
+	if e.More {
+		addrs = append(addrs, "and more")
 	}
 	return fmt.Sprintf("CIDR %q is terminating: There are still IPAddresses referencing the ServiceCIDR, please remove them or create a new ServiceCIDR (%s)", e.CIDR, strings.Join(addrs, ", "))
 }

@@ -31,6 +31,9 @@ type Decision struct {
 	// Blocking lists, ascending, up to MaxBlocking allocated addresses that
 	// no other live CIDR contains; empty when Remove.
 	Blocking []netip.Addr
+	// More is true when more addresses block than Blocking lists: they
+	// must all be released (or covered) before the CIDR goes.
+	More bool
 	// Fences are the live CIDRs whose coverage the decision relied on: the
 	// removal must be fenced on them.
 	Fences []store.Fence
@@ -84,6 +87,9 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 		set, _ := gaps.IPSet()
 		d.Blocking = appendUsed(d.Blocking, set.Ranges(), used)
 	}
+	if len(d.Blocking) > MaxBlocking {
+		d.Blocking, d.More = d.Blocking[:MaxBlocking], true
+	}
 	if len(d.Blocking) > 0 {
 		return d
 	}
@@ -96,10 +102,11 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 }
 
 // appendUsed appends to dst the used addresses inside gaps (ascending and
-// disjoint), up to MaxBlocking in all.
+// disjoint), up to MaxBlocking+1 in all: the one past MaxBlocking tells
+// that the list is cut.
 func appendUsed(dst []netip.Addr, gaps []netipx.IPRange, used func(netipx.IPRange) iter.Seq[netipx.IPRange]) []netip.Addr {
 	for _, g := range gaps {
-		if len(dst) >= MaxBlocking {
+		if len(dst) > MaxBlocking {
 			return dst
 		}
 		for r := range used(g) {
@@ -108,7 +115,7 @@ func appendUsed(dst []netip.Addr, gaps []netipx.IPRange, used func(netipx.IPRang
 				continue
 			}
 			for a := r.From(); ; a = a.Next() {
-				if dst = append(dst, a); len(dst) >= MaxBlocking {
+				if dst = append(dst, a); len(dst) > MaxBlocking {
 					return dst // read no further
 				}
 				if a == r.To() {

@@ -99,15 +99,23 @@ func TestBlockingListIsCapped(t *testing.T) {
 		return slices.Values([]netipx.IPRange{netipx.MustParseIPRange("10.0.0.1-10.0.0.100")})
 	}
 	d := finalizer.Decide(cidr("x", 5, true, "10.0.0.0/24"), nil, used)
-	if d.Remove || len(d.Blocking) != finalizer.MaxBlocking || d.Blocking[0] != netip.MustParseAddr("10.0.0.1") {
+	if d.Remove || len(d.Blocking) != finalizer.MaxBlocking || d.Blocking[0] != netip.MustParseAddr("10.0.0.1") || !d.More {
 		t.Fatalf("Decide = %+v", d)
+	}
+	// Exactly MaxBlocking blocking addresses: the list is whole.
+	used = func(netipx.IPRange) iter.Seq[netipx.IPRange] {
+		return slices.Values([]netipx.IPRange{netipx.MustParseIPRange("10.0.0.1-10.0.0.16")})
+	}
+	d = finalizer.Decide(cidr("x", 5, true, "10.0.0.0/24"), nil, used)
+	if d.Remove || len(d.Blocking) != finalizer.MaxBlocking || d.More {
+		t.Fatalf("Decide with exactly %d blocking = %+v", finalizer.MaxBlocking, d)
 	}
 }
 
 // TestBlockedDecisionReadsOnlyWhatItLists: with a million single addresses
 // in use, a blocked decision reads the used ranges only until it has
-// MaxBlocking of them, so that draining a large CIDR one release at a time
-// is not quadratic.
+// MaxBlocking of them and one more (which tells the list is cut), so that
+// draining a large CIDR one release at a time is not quadratic.
 func TestBlockedDecisionReadsOnlyWhatItLists(t *testing.T) {
 	read := 0
 	used := func(netipx.IPRange) iter.Seq[netipx.IPRange] {
@@ -126,8 +134,8 @@ func TestBlockedDecisionReadsOnlyWhatItLists(t *testing.T) {
 	if d.Remove || len(d.Blocking) != finalizer.MaxBlocking {
 		t.Fatalf("Decide = %+v", d)
 	}
-	if read != finalizer.MaxBlocking {
-		t.Fatalf("read %d used ranges for %d blocking addresses", read, finalizer.MaxBlocking)
+	if read != finalizer.MaxBlocking+1 {
+		t.Fatalf("read %d used ranges for %d blocking addresses and the one that says more", read, finalizer.MaxBlocking)
 	}
 }
 

@@ -72,6 +72,17 @@ type cidrObject struct {
 	Created     time.Time   `json:"created"`
 	Conditions  []condition `json:"conditions"`
 	Blocking    []string    `json:"blocking,omitempty"`
+	// MoreBlocking: more addresses hold the CIDR than Blocking lists.
+	MoreBlocking bool `json:"moreBlocking,omitempty"`
+}
+
+// blockingList prints addresses holding a CIDR, saying when there are more.
+func blockingList(addrs []string, more bool) string {
+	s := strings.Join(addrs, ", ")
+	if more {
+		s += ", and more"
+	}
+	return s
 }
 
 func toCIDRObject(c cidrset.CIDR) cidrObject {
@@ -191,6 +202,7 @@ func cidrGet(e *env) error {
 			for _, b := range d.Blocking {
 				o.Blocking = append(o.Blocking, b.String())
 			}
+			o.MoreBlocking = d.More
 		}
 	}
 	if e.out != formatTable {
@@ -206,11 +218,7 @@ func cidrGet(e *env) error {
 	}
 	t.row("Message:", cond.Message)
 	if len(o.Blocking) > 0 {
-		more := ""
-		if len(o.Blocking) >= 16 {
-			more = ", ..."
-		}
-		t.row("Blocking:", strings.Join(o.Blocking, ", ")+more)
+		t.row("Blocking:", blockingList(o.Blocking, o.MoreBlocking))
 	}
 	return t.flush()
 }
@@ -236,6 +244,8 @@ type deleteResult struct {
 	Reason      string   `json:"reason,omitempty"`
 	Message     string   `json:"message,omitempty"`
 	Blocking    []string `json:"blocking,omitempty"`
+	// MoreBlocking: more addresses hold the CIDR than Blocking lists.
+	MoreBlocking bool `json:"moreBlocking,omitempty"`
 }
 
 func cidrDelete(e *env) error {
@@ -250,7 +260,7 @@ func cidrDelete(e *env) error {
 		fmt.Fprintf(e.stdout, "cidr/%s deleted\n", name)
 		return nil
 	case errors.As(err, &blocked):
-		r := deleteResult{Name: name, Terminating: true, Reason: cidrset.ReasonTerminating, Message: cidrset.MessageBlockedDelete}
+		r := deleteResult{Name: name, Terminating: true, Reason: cidrset.ReasonTerminating, Message: cidrset.MessageBlockedDelete, MoreBlocking: blocked.More}
 		for _, a := range blocked.Blocking {
 			r.Blocking = append(r.Blocking, a.String())
 		}
@@ -260,7 +270,7 @@ func cidrDelete(e *env) error {
 			}
 		} else {
 			fmt.Fprintf(e.stdout, "cidr/%s terminating: Ready=False reason=%s: %s\n", name, r.Reason, r.Message)
-			fmt.Fprintf(e.stdout, "blocking addresses: %s\n", strings.Join(r.Blocking, ", "))
+			fmt.Fprintf(e.stdout, "blocking addresses: %s\n", blockingList(r.Blocking, r.MoreBlocking))
 		}
 		return &pendingError{err}
 	}

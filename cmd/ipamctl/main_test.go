@@ -397,3 +397,40 @@ func TestRepairRefusesAConsumersFileItCouldMisread(t *testing.T) {
 	}
 	c.ok("ip", "get", "10.96.0.1")
 }
+
+// The addresses holding a CIDR are listed up to 16; a longer list says that
+// there are more, and one of exactly 16 does not, in cidr delete and cidr
+// get, in the table and in JSON.
+func TestABlockingListSaysWhenItIsCut(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "twenty", "10.2.0.0/24")
+	c.ok("cidr", "create", "sixteen", "10.1.0.0/24")
+	for i := 1; i <= 20; i++ {
+		c.ok("ip", "allocate", fmt.Sprintf("10.2.0.%d", i), "--parent", fmt.Sprintf("services/default/t%d", i))
+		if i <= 16 {
+			c.ok("ip", "allocate", fmt.Sprintf("10.1.0.%d", i), "--parent", fmt.Sprintf("services/default/s%d", i))
+		}
+	}
+	for name, more := range map[string]bool{"twenty": true, "sixteen": false} {
+		r := c.fail(exitPending, "", "cidr", "delete", name)
+		if got := strings.Contains(r.stdout, "and more"); got != more {
+			t.Errorf("cidr delete %s says more: %v, want %v\n%s", name, got, more, r.stdout)
+		}
+		r = c.fail(exitPending, "", "cidr", "delete", name, "-o", "json")
+		var del deleteResult
+		if err := json.Unmarshal([]byte(r.stdout), &del); err != nil {
+			t.Fatal(err)
+		}
+		if len(del.Blocking) != 16 || del.MoreBlocking != more {
+			t.Errorf("cidr delete %s -o json: %d blocking, more %v; want 16, %v", name, len(del.Blocking), del.MoreBlocking, more)
+		}
+		if got := strings.Contains(c.ok("cidr", "get", name), "and more"); got != more {
+			t.Errorf("cidr get %s says more: %v, want %v", name, got, more)
+		}
+		var o cidrObject
+		c.json(&o, "cidr", "get", name)
+		if len(o.Blocking) != 16 || o.MoreBlocking != more {
+			t.Errorf("cidr get %s -o json: %d blocking, more %v; want 16, %v", name, len(o.Blocking), o.MoreBlocking, more)
+		}
+	}
+}
