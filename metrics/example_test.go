@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/metrics"
 	"github.com/netipam/netipam/repair"
 	"github.com/netipam/netipam/store/memory"
@@ -29,6 +30,13 @@ func Example() {
 	reg.MustRegister(m)
 	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
-	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(), Observer: m}
+	// Repair findings are counted too. Consumers must be the owners' whole
+	// truth (here a fixed list; an apiserver lists its Services): a record
+	// whose owner it leaves out is deleted as leaked.
+	consumers := repair.NewStatic(repair.Consumer{
+		Ref:   ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"},
+		Addrs: []string{"10.96.0.1"},
+	})
+	r := &repair.Repairer{Allocator: a, Consumers: consumers, Observer: m}
 	_, _ = r.Run(ctx)
 }

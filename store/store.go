@@ -200,6 +200,21 @@ const (
 	AddressDeleted
 )
 
+// String returns the kind's name, as its constant spells it.
+func (k EventKind) String() string {
+	switch k {
+	case CIDRPut:
+		return "CIDRPut"
+	case CIDRDeleted:
+		return "CIDRDeleted"
+	case AddressPut:
+		return "AddressPut"
+	case AddressDeleted:
+		return "AddressDeleted"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
 // Event is one change. CIDR is set for CIDR events (for CIDRDeleted only its
 // Name is certain), Address for address events (for AddressDeleted only its
 // Addr is certain: the etcd store learns no more from a delete).

@@ -31,7 +31,7 @@ func Example() {
 	fmt.Println(err)
 	// Output:
 	// reset at revision 1
-	// event 3 revision 2 10.0.0.5
+	// event AddressPut revision 2 10.0.0.5
 	// <nil>
 	// address 10.0.0.5: already exists
 }

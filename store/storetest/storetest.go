@@ -462,7 +462,7 @@ func testWatch(t *testing.T, s store.Store) {
 			t.Fatalf("unexpected extra event %+v", e)
 		}
 		if e.Kind != want[i] {
-			t.Fatalf("event %d kind %d, want %d: %+v", i, e.Kind, want[i], evs)
+			t.Fatalf("event %d kind %v, want %v: %+v", i, e.Kind, want[i], evs)
 		}
 		if e.Revision <= snap.Revision || (i > 0 && e.Revision <= evs[i-1].Revision) {
 			t.Fatalf("event revisions not increasing after the snapshot: %+v", evs)
