@@ -25,18 +25,21 @@ type command struct {
 	maxArgs int // -1: any
 	args    string
 	run     func(*env) error
+	// readOnly commands do not create a missing --db file: a mistyped
+	// path would show an empty store as if it were the real one.
+	readOnly bool
 }
 
 var commands = []command{
 	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate},
-	{name: "cidr update", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrUpdate},
-	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet},
+	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate},
+	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete},
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate},
-	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet},
+	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd},
-	{name: "usage", args: "", run: usageCmd},
+	{name: "usage", args: "", run: usageCmd, readOnly: true},
 }
 
 func lookup(args []string) (command, bool) {
@@ -52,6 +55,9 @@ func lookup(args []string) (command, bool) {
 func (c command) checkArgs(args []string) error {
 	if len(args) < c.minArgs || (c.maxArgs >= 0 && len(args) > c.maxArgs) {
 		return usageErrorf("usage: ipamctl %s %s", c.name, c.args)
+	}
+	if slices.Contains(args, "") {
+		return usageErrorf("usage: ipamctl %s %s: an argument is empty", c.name, c.args)
 	}
 	return nil
 }

@@ -18,7 +18,9 @@
 //
 // Global flags, accepted anywhere on the line:
 //
-//	--db PATH            bbolt file (default ./ipam.db; created if missing)
+//	--db PATH            bbolt file (default ./ipam.db; created if missing,
+//	                     except by the commands that only read)
+//	--lock-timeout D     wait at most D for another process's file lock (5s)
 //	--etcd EP[,EP...]    etcd endpoints (host:port), instead of --db
 //	--etcd-prefix P      etcd key prefix (default /netipam)
 //	-o json|yaml         machine-readable output
@@ -33,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -235,6 +238,16 @@ Commands:
                                         reconcile records with a consumers file
   usage                                 size, used and free addresses per CIDR prefix
 
+Global flags, anywhere on the line:
+  --db FILE             bbolt file (default ./ipam.db; created if missing,
+                        except by cidr get, ip get and usage)
+  --lock-timeout D      wait at most D for another process's lock on FILE (5s)
+  --etcd EP,...         etcd endpoints (host:port), instead of --db
+  --etcd-prefix P       etcd key prefix (default /netipam)
+  -o json|yaml          machine-readable output
+  -v                    log to stderr
+  --timeout D           give up after D (default 30s)
+
 REF is resource[.group]/[namespace/]name, e.g. services/default/kubernetes.
 Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found,
 4 conflict (exists, already allocated), 5 range is full,
@@ -282,18 +295,19 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 
-	st, err := openStore(ctx, cl, log)
+	st, err := openStore(ctx, cl, log, cmd.readOnly)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	a, err := allocator.New(ctx, st, allocator.WithLogger(log))
 	if err != nil {
-		return fmt.Errorf("reading the store: %w", err)
+		err = fmt.Errorf("reading the store: %w", err)
+	} else {
+		defer a.Close()
+		e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), a: a, st: st}
+		err = cmd.run(e)
 	}
-	defer a.Close()
-	e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), a: a, st: st}
-	err = cmd.run(e)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v (see --timeout): %w", timeout, err)
 	}
@@ -301,7 +315,7 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 }
 
 // openStore opens the bbolt file or connects to etcd.
-func openStore(ctx context.Context, cl cmdline, log *slog.Logger) (store.Store, error) {
+func openStore(ctx context.Context, cl cmdline, log *slog.Logger, readOnly bool) (store.Store, error) {
 	if eps, ok := cl.flags["etcd"]; ok {
 		if _, both := cl.flags["db"]; both {
 			return nil, usageErrorf("--db and --etcd exclude each other")
@@ -322,6 +336,9 @@ func openStore(ctx context.Context, cl cmdline, log *slog.Logger) (store.Store, 
 			return nil, usageErrorf("--lock-timeout %q: %v", s, err)
 		}
 		opts[0] = bolt.WithLockTimeout(d)
+	}
+	if _, err := os.Stat(path); readOnly && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no store at %s (a command that only reads does not create one; check --db)", path)
 	}
 	log.Debug("opening bolt store", "path", path)
 	return bolt.Open(path, opts...)

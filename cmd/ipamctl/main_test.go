@@ -434,3 +434,25 @@ func TestABlockingListSaysWhenItIsCut(t *testing.T) {
 		}
 	}
 }
+
+// The command line refuses what it would otherwise take for something
+// else: a read on a mistyped --db path (it would show an empty store), an
+// update with one prefix (a no-op reported as done), an empty name.
+func TestTheCommandLineRefusesWhatItWouldMisread(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo.db")
+	c := &cli{t: t, store: []string{"--db", path}}
+	for _, cmd := range [][]string{{"cidr", "get"}, {"ip", "get"}, {"usage"}} {
+		c.fail(exitError, "no store at", cmd...)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a read created %s: %v", path, err)
+	}
+	c.ok("cidr", "create", "single", "10.1.0.0/24")
+	c.fail(exitUsage, "usage: ipamctl cidr update NAME PREFIX PREFIX", "cidr", "update", "single", "10.1.0.0/24")
+	c.fail(exitUsage, "an argument is empty", "cidr", "get", "")
+	c.fail(exitUsage, "an argument is empty", "cidr", "delete", "")
+	c.fail(exitUsage, "must be table, wide, json or yaml", "cidr", "get", "-o", "xml")
+	if out := c.ok("help"); !strings.Contains(out, "--timeout") || !strings.Contains(out, "--lock-timeout") || !strings.Contains(out, "--etcd-prefix") {
+		t.Errorf("help does not list every global flag:\n%s", out)
+	}
+}

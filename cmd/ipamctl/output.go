@@ -28,7 +28,7 @@ func parseFormat(s string) (format, error) {
 	case "yaml", "yml":
 		return formatYAML, nil
 	}
-	return "", usageErrorf("-o %q: must be json or yaml", s)
+	return "", usageErrorf("-o %q: must be table, wide, json or yaml", s)
 }
 
 // emit writes v as JSON or YAML.
