@@ -142,6 +142,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -527,10 +528,14 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		}
 		return recs
 	}
+	var touched []string
 	for _, f := range fences {
-		if !f.Touch {
+		if !f.Touch || slices.Contains(touched, f.CIDR) {
+			// etcd refuses a transaction putting one key twice; the
+			// compares of every fence still apply.
 			continue
 		}
+		touched = append(touched, f.CIDR)
 		// Rewriting the CIDR's value gives it the transaction's revision.
 		// The fence's compare makes sure it is the value read here.
 		c, found, err := s.getCIDR(ctx, f.CIDR)

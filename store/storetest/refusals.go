@@ -112,3 +112,15 @@ func testUnstorableCIDRs(t *testing.T, s store.Store) {
 		t.Errorf("Watch after refused writes: %v", err)
 	}
 }
+
+func testTouchTwice(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/24")
+	touch := fenceOf(c)
+	touch.Touch = true
+	rec := mustAddr(t, s, "10.0.0.5", "twice", touch, touch)
+	got, err := s.GetCIDR(ctx, "c")
+	if err != nil || got.Revision != rec.Revision {
+		t.Fatalf("a CIDR touched twice by one create: %+v, %v; want it at the record's revision %d", got, err, rec.Revision)
+	}
+}

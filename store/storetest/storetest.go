@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"UnstorableCIDRsAreInvalid", testUnstorableCIDRs},
 		{"RevisionZeroNeverMatches", testZeroRevisionsNeverMatch},
 		{"RandomCallsFollowAModel", testRandomCallsFollowAModel},
+		{"OneCreateMayNameATouchTwice", testTouchTwice},
 		{"ClosedStoreRefusesCalls", testClosed},
 	}
 	for _, tc := range tests {
