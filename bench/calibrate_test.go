@@ -37,32 +37,46 @@ func BenchmarkCalibrate(b *testing.B) {
 	if full {
 		sizes = append(sizes, 1<<30)
 	}
+	randomLoad := func(b *testing.B, size int, huge bool) {
+		next, free := randomCycle(size, huge)
+		defer free()
+		p := 0
+		for b.Loop() {
+			p = next[p]
+		}
+		if p < 0 {
+			b.Fatal("unreachable: keeps the loads alive")
+		}
+	}
 	for _, size := range sizes {
-		b.Run(fmt.Sprintf("op=random-load/bytes=%s", fmtBytes(size)), func(b *testing.B) {
-			next := randomCycle(size)
-			p := 0
-			for b.Loop() {
-				p = next[p]
-			}
-			if p < 0 {
-				b.Fatal("unreachable: keeps the loads alive")
-			}
-		})
+		b.Run(fmt.Sprintf("op=random-load/bytes=%s", fmtBytes(size)), func(b *testing.B) { randomLoad(b, size, false) })
+		// The same on huge pages, past what the TLB covers: what is left
+		// of a miss once the page walk is gone.
+		if hugePagesAdvisable && size >= 16<<20 {
+			b.Run(fmt.Sprintf("op=random-load/bytes=%s/pages=huge", fmtBytes(size)), func(b *testing.B) { randomLoad(b, size, true) })
+		}
 	}
 }
 
 // randomCycle returns an array of size bytes in which, from index 0, each
 // element names the next one to read: one per 64-byte line, every line
-// once, in random order.
-func randomCycle(size int) []int {
+// once, in random order; and a function to call when done with it. With
+// huge, the array is on memory advised to use huge pages.
+func randomCycle(size int, huge bool) ([]int, func()) {
 	const perLine = 64 / 8
 	lines := size / 64
-	next := make([]int, lines*perLine)
+	var next []int
+	free := func() {}
+	if huge {
+		next, free = hugeInts(lines * perLine)
+	} else {
+		next = make([]int, lines*perLine)
+	}
 	order := rand.New(rand.NewPCG(1, 2)).Perm(lines)
 	for i, line := range order {
 		next[line*perLine] = order[(i+1)%lines] * perLine
 	}
-	return next
+	return next, free
 }
 
 // fmtBytes prints a power-of-two size as 16KiB, 4MiB, 1GiB.
