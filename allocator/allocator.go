@@ -717,6 +717,11 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 			return live[i].choice(x), nil
 		}
 	}
+	// A policy may have dropped a candidate (repeating another, say):
+	// "range is full" must mean every live CIDR is.
+	if c, err := a.walkLiveLocked(fam, 0, skip); err == nil {
+		return c, nil
+	}
 	// Every CIDR is full: the policy's first choice is the one to blame.
 	if len(cands) > 0 {
 		if i, ok := a.liveIndexLocked(fam, cands[0].Prefix); ok {
@@ -838,7 +843,14 @@ func (a *Allocator) nextInPoolLocked(pl *pool, skip []netip.Addr) (u128.U128, bo
 // searchBandLocked returns a free address of [lo, hi], starting where the
 // strategy says and wrapping around.
 func (a *Allocator) searchBandLocked(pl *pool, lo, hi u128.U128, skip []netip.Addr) (u128.U128, bool) {
-	start := lo.Add(u128.U128(a.cfg.strategy.Start(cidrset.Count(hi.Sub(lo).Inc()))))
+	n := hi.Sub(lo).Inc()
+	off := u128.U128(a.cfg.strategy.Start(cidrset.Count(n)))
+	if !off.Less(n) {
+		// A Strategy of the embedder's that breaks its contract: a start
+		// past the band would search outside it.
+		off = off.Mod(n)
+	}
+	start := lo.Add(off)
 	if x, ok := a.nextFreeLocked(pl, start, hi, skip); ok {
 		return x, true
 	}

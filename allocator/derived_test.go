@@ -157,6 +157,7 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 			}
 			var wantDying []string
 			served := false
+			var src liveSource // the oldest live CIDR holding the prefix
 			for _, c := range a.index.All() {
 				if !slices.ContainsFunc(c.Prefixes, func(p netip.Prefix) bool { return p.Masked() == pl.prefix }) {
 					continue
@@ -164,10 +165,13 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 				switch {
 				case c.Terminating:
 					wantDying = append(wantDying, c.Name)
-				case !served:
+				case !served || compareAge(c.Created, c.Name, src.created, src.cidr) < 0:
 					served = true
-					wantLive[f] = append(wantLive[f], liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl})
+					src = liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl}
 				}
+			}
+			if served {
+				wantLive[f] = append(wantLive[f], src)
 			}
 			if !slices.Equal(pl.dying, wantDying) {
 				return fmt.Errorf("pool %s dying %v, want %v", pl.prefix, pl.dying, wantDying)

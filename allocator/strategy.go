@@ -17,6 +17,7 @@ import (
 // lock held, never concurrently.
 type Strategy interface {
 	// Start returns an offset in [0, n) for a band of n addresses (n >= 1).
+	// An offset past the band is taken modulo n.
 	Start(n cidrset.Count) cidrset.Count
 }
 
@@ -61,6 +62,9 @@ type Candidate struct {
 // called: the allocator keeps OldestFirst's order, and finds MostFree's
 // and RandomOrder's first choice without ordering the rest.
 type Policy interface {
+	// Order reorders cands in place. Candidates it drops (by repeating
+	// others) or makes up are tried after, or skipped: an allocation
+	// fails as full only when every live CIDR is.
 	Order(cands []Candidate)
 }
 

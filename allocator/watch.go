@@ -204,8 +204,9 @@ func (a *Allocator) cidrChangedLocked(was, is []netip.Prefix) {
 }
 
 // poolServiceLocked sets pl.dying from the CIDRs holding pl's prefix and
-// returns what serves pl, if any of them is live: the first live one by
-// name, whose revision fences the allocations from pl.
+// returns what serves pl, if any of them is live: the oldest live one (by
+// OldestFirst's order), whose revision fences the allocations from pl and
+// whose age places pl among the candidates.
 func (a *Allocator) poolServiceLocked(pl *pool) (liveSource, bool) {
 	var src liveSource
 	served := false
@@ -214,7 +215,7 @@ func (a *Allocator) poolServiceLocked(pl *pool) (liveSource, bool) {
 		switch {
 		case c.Terminating:
 			pl.dying = append(pl.dying, c.Name)
-		case !served:
+		case !served || compareAge(c.Created, c.Name, src.created, src.cidr) < 0:
 			src, served = liveSource{cidr: c.Name, rev: c.Revision, created: c.Created, pool: pl}, true
 		}
 	}

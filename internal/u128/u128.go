@@ -214,3 +214,12 @@ func RandBelow(n U128, rnd func() uint64) U128 {
 		}
 	}
 }
+
+// Mod returns u modulo m, which must not be zero. Not for hot paths: it
+// goes through math/big.
+func (u U128) Mod(m U128) U128 {
+	r := new(big.Int).Mod(u.Big(), m.Big())
+	var b [16]byte
+	r.FillBytes(b[:])
+	return U128{Hi: be64(b[:8]), Lo: be64(b[8:])}
+}

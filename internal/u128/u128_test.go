@@ -82,3 +82,16 @@ func TestRandBelowStaysBelow(t *testing.T) {
 		}
 	})
 }
+
+func TestModMatchesBigInt(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		u, m := gen().Draw(t, "u"), gen().Draw(t, "m")
+		if m.IsZero() {
+			m = From64(1)
+		}
+		want := new(big.Int).Mod(u.Big(), m.Big())
+		if got := u.Mod(m); got.Big().Cmp(want) != 0 || !got.Less(m) {
+			t.Fatalf("%v mod %v = %v, want %v", u, m, got, want)
+		}
+	})
+}
