@@ -789,14 +789,24 @@ func (a *Allocator) remarkOpenLocked(fam int) {
 // whole, after live[fam] changed.
 func (a *Allocator) liveChangedLocked(fam int) {
 	if t := a.mostFree[fam]; t != nil {
-		t.build(a.live[fam])
+		t.build(a.live[fam], a.freeLocked)
 	}
+}
+
+// freeLocked is the count of pl's free addresses MostFree compares: what
+// Usage reports as Free. Only a pool with excluded addresses pays more
+// than a subtraction.
+func (a *Allocator) freeLocked(pl *pool) u128.U128 {
+	if pl.excluded.IsZero() {
+		return pl.size.Sub(pl.used)
+	}
+	return u128.U128(a.poolUsageLocked(pl).Free)
 }
 
 // countChangedLocked follows a change of pl's used count.
 func (a *Allocator) countChangedLocked(pl *pool) {
 	if t := a.mostFree[pl.fam]; t != nil && pl.liveAt >= 0 {
-		t.update(pl.liveAt, pl.size.Sub(pl.used))
+		t.update(pl.liveAt, a.freeLocked(pl))
 	}
 }
 

@@ -211,7 +211,7 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 		if t := a.mostFree[f]; t != nil && len(wantLive[f]) > 0 {
 			best, bestFree := 0, u128.U128{}
 			for i, l := range wantLive[f] {
-				free := l.pool.size.Sub(l.pool.used)
+				free := u128.U128(a.poolUsageLocked(l.pool).Free) // excluded addresses are not free
 				if bestFree.Less(free) {
 					best, bestFree = i, free
 				}

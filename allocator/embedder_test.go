@@ -106,3 +106,15 @@ func TestOldestFirstRanksASharedPrefixByItsOldestCIDR(t *testing.T) {
 		t.Fatalf("AllocateNext = %s; z, 10.0.0.0/28, is the oldest CIDR and empty", x)
 	}
 }
+
+// MostFree chooses by the free addresses Usage reports: excluded ones are
+// not free.
+func TestMostFreeDoesNotCountExcludedAddressesAsFree(t *testing.T) {
+	excluded := netipx.IPRangeFrom(ip("10.0.0.17"), ip("10.0.0.250")) // 234 of a's 254
+	a, _ := newAllocator(t, []string{"a=10.0.0.0/24", "b=10.1.0.0/25"}, allocator.WithPolicy(allocator.MostFree()), allocator.WithExcluded(excluded))
+	ua, _ := a.Usage("a")
+	ub, _ := a.Usage("b")
+	if x := mustNext(t, a, ipaddress.IPv4, "x"); !pfx("10.1.0.0/25").Contains(x) {
+		t.Fatalf("MostFree chose %s, in a (%s free), over b (%s free)", x, ua.Prefixes[0].Free, ub.Prefixes[0].Free)
+	}
+}

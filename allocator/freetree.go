@@ -3,7 +3,7 @@ package allocator
 import "github.com/netipam/netipam/internal/u128"
 
 // freeTree finds MostFree's choice among the pools of live, the one with
-// the most free addresses by its counters and the first in live among
+// the most free addresses (as Usage counts them: excluded ones are not) and the first in live among
 // equals, at its root; a change of one pool's count costs O(log pools).
 // It is a tournament over places in live: each node holds the winner of
 // its subtree. Kept only under MostFree, and built anew when live
@@ -14,8 +14,8 @@ type freeTree struct {
 	at     []int       // per node, its winner's place in live
 }
 
-// build makes the tree for live.
-func (t *freeTree) build(live []liveSource) {
+// build makes the tree for live, with free giving a pool's free count.
+func (t *freeTree) build(live []liveSource, free func(*pool) u128.U128) {
 	t.leaves = 1
 	for t.leaves < len(live) {
 		t.leaves *= 2
@@ -27,7 +27,7 @@ func (t *freeTree) build(live []liveSource) {
 		// equals, so it never wins over a pool.
 		t.at[t.leaves+i] = i
 		if i < len(live) {
-			t.free[t.leaves+i] = live[i].pool.size.Sub(live[i].pool.used)
+			t.free[t.leaves+i] = free(live[i].pool)
 		}
 	}
 	for k := t.leaves - 1; k >= 1; k-- {
