@@ -557,6 +557,10 @@ func (s *Set) addChild(c *cursor, d int, key u128.U128, kid *inner, lf *leaf) {
 // removeLeaf unlinks c's (empty) leaf, then every ancestor left empty, then
 // shrinks the root while it has a single child. c is stale afterwards.
 func (s *Set) removeLeaf(c *cursor) {
+	// The finger's path may run through what is unlinked here, or start at
+	// a root shrunk away; an AddRange absorbing several leaves seeks again
+	// within one mutation, when gen alone would not tell.
+	s.finger.lf = nil
 	if s.height == 0 {
 		return // the root leaf stays, empty
 	}

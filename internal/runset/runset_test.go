@@ -1022,3 +1022,26 @@ func TestSampledSearchesAgree(t *testing.T) {
 		}
 	})
 }
+
+// TestAddRangeAbsorbingLeavesKeepsTheTree: an AddRange that swallows
+// several whole leaves unlinks them and may shrink the root between two
+// seeks of one mutation; a finger kept across that would send a later
+// split up a path through the detached root, losing half the tree.
+func TestAddRangeAbsorbingLeavesKeepsTheTree(t *testing.T) {
+	defer setCaps(4, 2, 2)()
+	var s Set
+	for _, x := range []u128.U128{v(0), v(1 << 63), v(2), v(4), two64, two64.Sub64(20), two64.Add64(1 << 63), top.Sub64(40)} {
+		s.Add(x)
+	}
+	mustCheck(t, &s)
+	s.AddRange(v(1<<63+2), top.Sub64(40))
+	mustCheck(t, &s)
+	want := []run{{v(0), v(0)}, {v(2), v(2)}, {v(4), v(4)}, {v(1 << 63), v(1 << 63)}, {v(1<<63 + 2), top.Sub64(40)}}
+	var got []run
+	for a, b := range s.Ranges(v(0), top) {
+		got = append(got, run{a, b})
+	}
+	if !slices.Equal(got, want) || s.Runs() != len(want) {
+		t.Fatalf("after AddRange: %v (%d runs), want %v", got, s.Runs(), want)
+	}
+}
