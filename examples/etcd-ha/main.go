@@ -120,6 +120,7 @@ func (in *instance) close() {
 type grant struct {
 	instance string
 	addr     netip.Addr
+	owner    ipaddress.ParentRef
 }
 
 // run is the example; it writes its report to w.
@@ -182,7 +183,7 @@ func run(ctx context.Context, w io.Writer) error {
 					return
 				}
 				mu.Lock()
-				grants = append(grants, grant{instance: in.name, addr: rec.Addr})
+				grants = append(grants, grant{instance: in.name, addr: rec.Addr, owner: owner})
 				fmt.Fprintf(w, "%s got %s for %s\n", in.name, rec.Addr, owner)
 				mu.Unlock()
 			}
@@ -198,27 +199,35 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 
 	perInstance := map[string]int{}
-	owners := map[netip.Addr]string{}
+	owners := map[netip.Addr]grant{}
 	collisions := 0
 	for _, g := range grants {
 		perInstance[g.instance]++
 		if prev, ok := owners[g.addr]; ok {
 			collisions++
-			fmt.Fprintf(w, "COLLISION: %s given to %s and %s\n", g.addr, prev, g.instance)
+			fmt.Fprintf(w, "COLLISION: %s given to %s and %s\n", g.addr, prev.instance, g.instance)
 		}
-		owners[g.addr] = g.instance
+		owners[g.addr] = g
 	}
-	// What etcd holds must be what the instances were told.
+	// What etcd holds must be what the instances were told: every record
+	// an address granted, to the owner it was granted to.
 	stored, err := instances[0].store.ListAddresses(ctx)
 	if err != nil {
 		return err
+	}
+	mismatches := 0
+	for _, r := range stored {
+		if g, ok := owners[r.Addr]; !ok || g.owner != r.Parent {
+			mismatches++
+			fmt.Fprintf(w, "MISMATCH: etcd holds %s for %s, which no instance was told\n", r.Addr, r.Parent)
+		}
 	}
 	for _, in := range instances {
 		fmt.Fprintf(w, "%s: %d addresses\n", in.name, perInstance[in.name])
 	}
 	fmt.Fprintf(w, "total: %d addresses granted, %d distinct, %d records in etcd, %d collisions\n", len(grants), len(owners), len(stored), collisions)
-	if collisions > 0 || len(stored) != len(owners) {
-		return fmt.Errorf("%d collisions, %d records for %d addresses", collisions, len(stored), len(owners))
+	if collisions > 0 || mismatches > 0 || len(stored) != len(owners) {
+		return fmt.Errorf("%d collisions, %d records for %d addresses, %d not as granted", collisions, len(stored), len(owners), mismatches)
 	}
 	return nil
 }
