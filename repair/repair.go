@@ -417,7 +417,14 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 			msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal would wait for it)", strings.Join(p.terminatingAt(a), ", "))
 		}
 	} else {
-		_, err = p.a.Allocate(ctx, a, ref)
+		if !p.liveAt(a) {
+			// Only Terminating CIDRs hold a, as the pass read them: adopt
+			// it there rather than have Allocate fail first, which the
+			// allocator's observer would count as an allocation error.
+			err = allocator.ErrTerminating
+		} else {
+			_, err = p.a.Allocate(ctx, a, ref)
+		}
 		if errors.Is(err, allocator.ErrTerminating) {
 			var names []string
 			names, err = p.adopt(ctx, ref, a)
@@ -450,6 +457,16 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 		p.emit(Event{Kind: Failed, Addr: s, Ref: ref, Err: err, Full: errors.Is(err, allocator.ErrFull),
 			Message: fmt.Sprintf("unable to allocate [%s] %s of %s due to an error: %v", fam, s, ref, err)})
 	}
+}
+
+// liveAt reports whether a live CIDR host-contains a.
+func (p *pass) liveAt(a netip.Addr) bool {
+	live := false
+	p.index.Containing(a, func(c *cidrset.CIDR, _ netip.Prefix) bool {
+		live = !c.Terminating
+		return !live
+	})
+	return live
 }
 
 // terminatingAt returns the Terminating CIDRs that host-contain a.

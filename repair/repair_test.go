@@ -533,3 +533,47 @@ func TestLeakReallocatedDuringThePassIsKept(t *testing.T) {
 		t.Fatalf("record of 10.96.0.5 = %+v, %v; want it held by the new owner", rec, ok)
 	}
 }
+
+// countingObserver counts the allocation attempts that failed.
+type countingObserver struct {
+	mu     sync.Mutex
+	failed []allocator.AllocationEvent
+}
+
+func (o *countingObserver) Allocated(ev allocator.AllocationEvent) {
+	if ev.Err != nil {
+		o.mu.Lock()
+		o.failed = append(o.failed, ev)
+		o.mu.Unlock()
+	}
+}
+
+// Repairing an address that only a Terminating CIDR holds is no failed
+// allocation: the allocator's error metrics must not count one.
+func TestRepairInsideATerminatingCIDRCountsNoAllocationError(t *testing.T) {
+	ctx := context.Background()
+	obs := &countingObserver{}
+	a, err := allocator.New(ctx, memory.New(), allocator.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "old", netip.MustParsePrefix("192.96.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate(ctx, netip.MustParseAddr("192.96.0.7"), svc("keep")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(old) = %v", err)
+	}
+	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(consumer(svc("keep"), "192.96.0.7"), consumer(svc("legacy"), "192.96.0.9"))}
+	rep, err := r.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only(t, rep, repair.Repaired)
+	if len(obs.failed) != 0 {
+		t.Fatalf("the repair counted failed allocations: %+v", obs.failed)
+	}
+}
