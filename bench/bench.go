@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -92,13 +93,32 @@ func Owner(i int) ipaddress.ParentRef {
 	return ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: string(buf[:])}
 }
 
-// benchOwner owns the addresses the measured operations allocate.
-var benchOwner = ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "bench"}
+// cycleOwners own the addresses the measured operations allocate, each
+// allocation the next of them in turn: an allocation is for a new owner (a
+// Service), whose entry in the store's owner index is created and deleted
+// with the record, as it would be. In alloc+release each is released before
+// it comes round again. Distinct from every fill owner (Owner(i)).
+var cycleOwners = func() []ipaddress.ParentRef {
+	out := make([]ipaddress.ParentRef, 1024)
+	for i := range out {
+		out[i] = Owner(1<<40 + i)
+	}
+	return out
+}()
+
+// ownerRing hands out cycleOwners in turn; safe for concurrent use.
+type ownerRing struct{ n atomic.Uint64 }
+
+func (r *ownerRing) next() ipaddress.ParentRef { return cycleOwners[r.nextIndex()] }
+
+// nextIndex returns the place in cycleOwners of the next owner.
+func (r *ownerRing) nextIndex() int { return int((r.n.Add(1) - 1) % uint64(len(cycleOwners))) }
 
 // --- netipam ---------------------------------------------------------------
 
 // Netipam is netipam's allocator over its in-memory store, with one CIDR.
 type Netipam struct {
+	owners   ownerRing
 	Store    *memory.Store
 	Alloc    *allocator.Allocator
 	family   ipaddress.Family
@@ -128,13 +148,13 @@ func (n *Netipam) open() error {
 
 // AllocateNext implements Allocator.
 func (n *Netipam) AllocateNext() (netip.Addr, error) {
-	r, err := n.Alloc.AllocateNext(context.Background(), n.family, benchOwner)
+	r, err := n.Alloc.AllocateNext(context.Background(), n.family, n.owners.next())
 	return r.Addr, err
 }
 
 // Allocate implements Allocator.
 func (n *Netipam) Allocate(addr netip.Addr) error {
-	_, err := n.Alloc.Allocate(context.Background(), addr, benchOwner)
+	_, err := n.Alloc.Allocate(context.Background(), addr, n.owners.next())
 	return err
 }
 
@@ -246,9 +266,13 @@ type IPAddress struct {
 	addrs   []netip.Addr
 	stop    chan struct{}
 	factory informers.SharedInformerFactory
-	svc     *api.Service
+	svcs    []*api.Service // the Services of cycleOwners, in order
+	owners  *ownerRing
 	mu      *sync.Mutex
 }
+
+// nextService returns the Service of the next cycle owner.
+func (x *IPAddress) nextService() *api.Service { return x.svcs[x.owners.nextIndex()] }
 
 // NewIPAddress returns the allocator over prefix, with an IPAddress object
 // already stored for each of initial.
@@ -267,8 +291,10 @@ func NewIPAddress(prefix netip.Prefix, initial []netip.Addr) (*IPAddress, error)
 	x := &IPAddress{
 		A: a, Client: client, lister: inf.Lister(), prefix: prefix,
 		addrs: append([]netip.Addr(nil), initial...), stop: make(chan struct{}), factory: factory,
-		svc: &api.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "bench"}},
-		mu:  new(sync.Mutex),
+		mu: new(sync.Mutex), owners: new(ownerRing),
+	}
+	for _, o := range cycleOwners {
+		x.svcs = append(x.svcs, &api.Service{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}})
 	}
 	factory.Start(x.stop)
 	for typ, ok := range factory.WaitForCacheSync(x.stop) {
@@ -320,7 +346,7 @@ func (x *IPAddress) AllocateNext() (netip.Addr, error) {
 	// not safe for concurrent use; serialize the call (the wait for the
 	// informer below stays concurrent).
 	x.mu.Lock()
-	ip, err := x.A.AllocateNextService(x.svc)
+	ip, err := x.A.AllocateNextService(x.nextService())
 	x.mu.Unlock()
 	if err != nil {
 		return netip.Addr{}, err
@@ -331,7 +357,7 @@ func (x *IPAddress) AllocateNext() (netip.Addr, error) {
 
 // Allocate implements Allocator.
 func (x *IPAddress) Allocate(addr netip.Addr) error {
-	if err := x.A.AllocateService(x.svc, addr.AsSlice()); err != nil {
+	if err := x.A.AllocateService(x.nextService(), addr.AsSlice()); err != nil {
 		return err
 	}
 	return x.waitLister(addr.String(), true)

@@ -27,6 +27,7 @@ type Floor struct {
 	is4    bool
 	bits   *bitmap.Bitmap
 	owners map[netip.Addr]ipaddress.ParentRef
+	ring   ownerRing
 }
 
 // Floor's errors.
@@ -70,7 +71,7 @@ func (f *Floor) AllocateNext() (netip.Addr, error) {
 	}
 	f.bits.Set(off)
 	addr := f.first.Add64(off).Addr(f.is4)
-	f.owners[addr] = benchOwner
+	f.owners[addr] = f.ring.next()
 	return addr, nil
 }
 
@@ -85,7 +86,7 @@ func (f *Floor) Allocate(addr netip.Addr) error {
 	if !f.bits.Set(off) {
 		return errors.New("floor: address in use")
 	}
-	f.owners[addr] = benchOwner
+	f.owners[addr] = f.ring.next()
 	return nil
 }
 
