@@ -557,7 +557,9 @@ func TestReleaseWorksWhateverTheCIDRState(t *testing.T) {
 // Beyond the reference: one call allocates both families or neither.
 func TestDualStackAllocatesBothFamiliesOrNeither(t *testing.T) {
 	ctx := context.Background()
-	a, st := newAllocator(t, []string{"dual=10.0.0.0/24,fd00:10::/124"})
+	// Sequential: a random first pick could take 10.0.0.200 or .201,
+	// which the test allocates statically below.
+	a, st := newAllocator(t, []string{"dual=10.0.0.0/24,fd00:10::/124"}, allocator.WithStrategy(allocator.Sequential()))
 	v4, v6, err := a.AllocateDualStack(ctx, svc("d"), netip.Addr{}, netip.Addr{})
 	if err != nil || !v4.Addr.Is4() || !v6.Addr.Is6() || v4.Revision != v6.Revision {
 		t.Fatalf("AllocateDualStack = %v, %v, %v", v4, v6, err)
