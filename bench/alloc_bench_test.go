@@ -80,17 +80,21 @@ func BenchmarkAllocRelease(b *testing.B) {
 	}
 }
 
-// BenchmarkAllocReleaseFloor is BenchmarkAllocRelease for Floor, the least
-// an in-process allocator that records owners can do: a scale for the
-// others' numbers on this machine, not a competitor.
+// BenchmarkAllocReleaseFloor is BenchmarkAllocRelease for Floor, a scale
+// for the others' numbers on this machine, not a competitor, in its two
+// forms: owners in a Go map (floor), the least for records kept in a hash
+// table, and in an array indexed by address (floor-dense), the least for
+// a record per address at all.
 func BenchmarkAllocReleaseFloor(b *testing.B) {
 	defer dropFixture()
-	for _, p := range []netip.Prefix{p16, p12} {
-		for _, pct := range fills {
-			b.Run(fmt.Sprintf("impl=%s/prefix=%d/fill=%s", ImplFloor, p.Bits(), fmtFill(pct)), func(b *testing.B) {
-				a := fixture(b, fixtureKey{impl: ImplFloor, prefix: p}, FillCount(p, pct))
-				allocRelease(b, a)
-			})
+	for _, impl := range []string{ImplFloor, ImplFloorDense} {
+		for _, p := range []netip.Prefix{p16, p12} {
+			for _, pct := range fills {
+				b.Run(fmt.Sprintf("impl=%s/prefix=%d/fill=%s", impl, p.Bits(), fmtFill(pct)), func(b *testing.B) {
+					a := fixture(b, fixtureKey{impl: impl, prefix: p}, FillCount(p, pct))
+					allocRelease(b, a)
+				})
+			}
 		}
 	}
 }

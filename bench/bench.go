@@ -73,6 +73,8 @@ func New(impl string, prefix netip.Prefix) (Allocator, error) {
 		return NewIPAddress(prefix, nil)
 	case ImplFloor:
 		return NewFloor(prefix), nil
+	case ImplFloorDense:
+		return NewFloorDense(prefix), nil
 	}
 	return nil, fmt.Errorf("unknown implementation %q", impl)
 }

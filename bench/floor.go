@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/netipam/netipam/internal/bitmap"
@@ -11,16 +12,20 @@ import (
 	"github.com/netipam/netipam/ipaddress"
 )
 
-// ImplFloor names Floor in benchmark names.
-const ImplFloor = "floor"
+// ImplFloor and ImplFloorDense name Floor's two forms in benchmark names.
+const (
+	ImplFloor      = "floor"
+	ImplFloorDense = "floor-dense"
+)
 
 // Floor is not an allocator anyone should use: it is the least work an
 // in-process allocator that records an owner per address can do, measured
 // on the same machine as the others to put their numbers in scale. One
 // mutex, netipam's bitmap over the usable addresses with a random start,
-// and a Go map from address to owner. It has no store, revisions, fencing,
-// owner index, validation, CIDR set or watchers, all of which netipam pays
-// for on every allocation.
+// and a Go map from address to owner (NewFloorDense: an array of owner ids
+// indexed by address instead, which costs less). It has no store,
+// revisions, fencing, owner index, validation, CIDR set or watchers, all
+// of which netipam pays for on every allocation.
 type Floor struct {
 	mu     sync.Mutex
 	first  u128.U128 // the first usable address
@@ -28,6 +33,11 @@ type Floor struct {
 	bits   *bitmap.Bitmap
 	owners map[netip.Addr]ipaddress.ParentRef
 	ring   ownerRing
+	// The dense form (NewFloorDense) records owners in ids instead of
+	// owners: per usable address, 0 or 1 + the owner's place in names.
+	// The cycle owners take names[0:len(cycleOwners)].
+	ids   []uint32
+	names []ipaddress.ParentRef
 }
 
 // Floor's errors.
@@ -44,6 +54,36 @@ func NewFloor(prefix netip.Prefix) *Floor {
 		bits:   bitmap.New(uint64(Usable(prefix))),
 		owners: make(map[netip.Addr]ipaddress.ParentRef),
 	}
+}
+
+// NewFloorDense returns an empty Floor over the usable addresses of
+// prefix that records owners in an array indexed by address, not a map:
+// the least a record per address can cost, possible for a range small
+// enough to hold an array entry per address (a /12 takes 4 MiB).
+func NewFloorDense(prefix netip.Prefix) *Floor {
+	f := NewFloor(prefix)
+	f.owners = nil
+	f.ids = make([]uint32, f.bits.Len())
+	f.names = slices.Clone(cycleOwners)
+	return f
+}
+
+// record notes the owner of the address at offset off, from the ring.
+func (f *Floor) record(addr netip.Addr, off uint64) {
+	if f.ids == nil {
+		f.owners[addr] = f.ring.next()
+		return
+	}
+	f.ids[off] = uint32(f.ring.nextIndex()) + 1
+}
+
+// forget drops the owner of the address at offset off.
+func (f *Floor) forget(addr netip.Addr, off uint64) {
+	if f.ids == nil {
+		delete(f.owners, addr)
+		return
+	}
+	f.ids[off] = 0
 }
 
 // offset returns addr's bit, and false if addr is not a usable address.
@@ -71,7 +111,7 @@ func (f *Floor) AllocateNext() (netip.Addr, error) {
 	}
 	f.bits.Set(off)
 	addr := f.first.Add64(off).Addr(f.is4)
-	f.owners[addr] = f.ring.next()
+	f.record(addr, off)
 	return addr, nil
 }
 
@@ -86,7 +126,7 @@ func (f *Floor) Allocate(addr netip.Addr) error {
 	if !f.bits.Set(off) {
 		return errors.New("floor: address in use")
 	}
-	f.owners[addr] = f.ring.next()
+	f.record(addr, off)
 	return nil
 }
 
@@ -99,7 +139,7 @@ func (f *Floor) Release(addr netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.bits.Clear(off)
-	delete(f.owners, addr)
+	f.forget(addr, off)
 	return nil
 }
 
@@ -112,7 +152,12 @@ func (f *Floor) Fill(addrs []netip.Addr) error {
 		if !ok || !f.bits.Set(off) {
 			return errors.New("floor: fill address outside the range or in use")
 		}
-		f.owners[a] = Owner(len(f.owners))
+		if f.ids == nil {
+			f.owners[a] = Owner(len(f.owners))
+			continue
+		}
+		f.names = append(f.names, Owner(len(f.names)))
+		f.ids[off] = uint32(len(f.names))
 	}
 	return nil
 }
