@@ -168,7 +168,11 @@ type pool struct {
 	size        u128.U128 // addresses offered
 	used        u128.U128 // allocated within [first, last]
 	excluded    u128.U128 // excluded within [first, last]
-	dying       []string  // Terminating CIDRs with this prefix
+	// excludedUsed is how many of the excluded are allocated all the same
+	// (by another allocator, or repair), kept as addresses come and go so
+	// that MostFree's free count needs no scan.
+	excludedUsed u128.U128
+	dying        []string // Terminating CIDRs with this prefix
 	// liveAt is the pool's place in live, or -1. It finds the pool's mark
 	// in open and its leaf in mostFree, and the place of a candidate a
 	// Policy returns, whatever order it put them in.
@@ -794,13 +798,9 @@ func (a *Allocator) liveChangedLocked(fam int) {
 }
 
 // freeLocked is the count of pl's free addresses MostFree compares: what
-// Usage reports as Free. Only a pool with excluded addresses pays more
-// than a subtraction.
+// Usage reports as Free, excluded addresses not counting as free.
 func (a *Allocator) freeLocked(pl *pool) u128.U128 {
-	if pl.excluded.IsZero() {
-		return pl.size.Sub(pl.used)
-	}
-	return u128.U128(a.poolUsageLocked(pl).Free)
+	return pl.size.Sub(pl.used).Sub(pl.excluded.Sub(pl.excludedUsed))
 }
 
 // countChangedLocked follows a change of pl's used count.

@@ -92,7 +92,11 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	if !added {
 		return
 	}
+	excluded := a.excluded[fam].Runs() > 0 && a.excluded[fam].Contains(x)
 	for pl := range a.poolsAt(fam, x) {
+		if excluded {
+			pl.excludedUsed = pl.excludedUsed.Inc()
+		}
 		if pl.used = pl.used.Inc(); pl.used == pl.size {
 			a.fullnessChangedLocked(pl, true)
 		}
@@ -119,7 +123,11 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	if !removed {
 		return
 	}
+	excluded := a.excluded[fam].Runs() > 0 && a.excluded[fam].Contains(x)
 	for pl := range a.poolsAt(fam, x) {
+		if excluded {
+			pl.excludedUsed = pl.excludedUsed.Dec()
+		}
 		wasFull := pl.used == pl.size
 		if pl.used = pl.used.Dec(); wasFull {
 			a.fullnessChangedLocked(pl, false)
@@ -290,5 +298,18 @@ func (a *Allocator) dropDenseLocked(pl *pool) {
 		if !done {
 			a.sparse[pl.fam].AddRange(next, hi)
 		}
+	}
+}
+
+// countLocked sets pl's counts of used addresses, in all and among its
+// excluded ones, from the index.
+func (a *Allocator) countLocked(pl *pool) {
+	pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
+	pl.excludedUsed = u128.U128{}
+	if pl.excluded.IsZero() {
+		return
+	}
+	for lo, hi := range a.excluded[pl.fam].Ranges(pl.first, pl.last) {
+		pl.excludedUsed = pl.excludedUsed.Add(a.usedCountLocked(pl.fam, lo, hi))
 	}
 }

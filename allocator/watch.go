@@ -50,7 +50,7 @@ func (w watcher) Reset(s store.Snapshot) {
 		_ = a.sparse[f].Reset(slices.Compact(rest[f]))
 	}
 	for _, pl := range a.pools {
-		pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
+		a.countLocked(pl)
 	}
 	for f := range a.live {
 		a.remarkOpenLocked(f)
@@ -306,8 +306,8 @@ func (a *Allocator) newPoolLocked(p netip.Prefix) *pool {
 		pl.lowerLast = u128.FromAddr(lower.To())
 	}
 	pl.size = pl.last.Sub(pl.first).Inc()
-	pl.used = a.usedCountLocked(pl.fam, pl.first, pl.last)
 	pl.excluded = a.excluded[pl.fam].Count(pl.first, pl.last)
+	a.countLocked(pl)
 	if pl.size.Hi == 0 && pl.size.Lo <= denseMax {
 		a.fillDenseLocked(pl)
 	}
