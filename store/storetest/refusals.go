@@ -35,9 +35,6 @@ func testUnstorableLookups(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameRecord := func(x, y ipaddress.IPAddress) bool {
-		return x.Addr == y.Addr && x.Parent == y.Parent && x.Revision == y.Revision
-	}
 	for _, k := range kept {
 		if !slices.ContainsFunc(all, func(r ipaddress.IPAddress) bool { return sameRecord(r, k) }) {
 			t.Errorf("the record of %s is gone or changed after lookups of unstorable addresses: %+v", k.Addr, all)
