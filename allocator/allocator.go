@@ -146,6 +146,7 @@ type Allocator struct {
 	recheck map[string]struct{}
 	live    [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
 	cands   []Candidate     // scratch for Policy, reused under mu
+	holding []*pool         // scratch for poolsHolding, reused under mu
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are

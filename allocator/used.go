@@ -77,13 +77,11 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 // markUsedLocked adds addr to the used addresses and its pools' counters.
 func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
-	added, dense := false, false
-	for pl := range a.poolsAt(fam, x) {
-		if pl.bits != nil {
-			dense = true
-			if pl.bits.Set(x.Sub(pl.first).Lo) {
-				added = true
-			}
+	pools, dense := a.poolsHolding(fam, x)
+	added := false
+	for _, pl := range pools {
+		if pl.bits != nil && pl.bits.Set(x.Sub(pl.first).Lo) {
+			added = true
 		}
 	}
 	if !dense {
@@ -93,7 +91,7 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 		return
 	}
 	excluded := a.excluded[fam].Runs() > 0 && a.excluded[fam].Contains(x)
-	for pl := range a.poolsAt(fam, x) {
+	for _, pl := range pools {
 		if excluded {
 			pl.excludedUsed = pl.excludedUsed.Inc()
 		}
@@ -104,17 +102,28 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	}
 }
 
+// poolsHolding returns the pools containing x, in a slice that is valid
+// until the next call, and whether one of them is dense. Collecting them
+// once saves the two updates of an address a second search.
+func (a *Allocator) poolsHolding(fam int, x u128.U128) (pools []*pool, dense bool) {
+	pools = a.holding[:0]
+	for pl := range a.poolsAt(fam, x) {
+		pools = append(pools, pl)
+		dense = dense || pl.bits != nil
+	}
+	a.holding = pools
+	return pools, dense
+}
+
 // markFreeLocked removes addr from the used addresses, and has the
 // Terminating CIDRs containing it checked again.
 func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
-	removed, dense := false, false
-	for pl := range a.poolsAt(fam, x) {
-		if pl.bits != nil {
-			dense = true
-			if pl.bits.Clear(x.Sub(pl.first).Lo) {
-				removed = true
-			}
+	pools, dense := a.poolsHolding(fam, x)
+	removed := false
+	for _, pl := range pools {
+		if pl.bits != nil && pl.bits.Clear(x.Sub(pl.first).Lo) {
+			removed = true
 		}
 	}
 	if !dense {
@@ -124,7 +133,7 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 		return
 	}
 	excluded := a.excluded[fam].Runs() > 0 && a.excluded[fam].Contains(x)
-	for pl := range a.poolsAt(fam, x) {
+	for _, pl := range pools {
 		if excluded {
 			pl.excludedUsed = pl.excludedUsed.Dec()
 		}

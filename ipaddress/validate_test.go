@@ -354,3 +354,14 @@ func TestParseAddrLegacyReadsWhatLegacyParsersRead(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParentRefValidate checks the owner of an allocation, as every
+// allocation does: a Service with a 32-byte name.
+func BenchmarkParentRefValidate(b *testing.B) {
+	p := ParentRef{Resource: "services", Namespace: "default", Name: "svc-0123456789abcdef-0123456789a"}
+	for b.Loop() {
+		if err := p.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -127,7 +127,8 @@ func (s *Store) notify(e store.Event) {
 func (s *Store) notifyAddress(kind store.EventKind, rec *ipaddress.IPAddress, self store.Watcher) {
 	for _, w := range s.watchers {
 		switch {
-		case w.ctx.Err() != nil, self != nil && w.w == self:
+		// self first: it is the common case, and cheaper than ctx.Err.
+		case self != nil && w.w == self, w.ctx.Err() != nil:
 		case w.addr != nil:
 			w.addr.AddressChanged(kind, rec.Addr, s.rev)
 		default:
@@ -304,6 +305,8 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return 0, time.Time{}, err
 	}
+	k := s.addrs.ownerKeyOf(owner)
+	s.addrs.warm(k)
 	if s.addrs.has(addr) {
 		return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
 	}
@@ -314,10 +317,19 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	s.rev++
 	now := s.unix()
 	s.touch(fences[:])
-	s.addrs.put(addr, owner, now, s.rev)
-	rec := ipaddress.IPAddress{Addr: addr, Parent: owner, Created: time.Unix(now, 0), Revision: s.rev}
-	s.notifyAddress(store.AddressPut, &rec, self)
-	return s.rev, rec.Created, nil
+	s.addrs.putKeyed(addr, k, owner.Name, now, s.rev)
+	created := time.Unix(now, 0)
+	if s.othersWatch(self) {
+		rec := ipaddress.IPAddress{Addr: addr, Parent: owner, Created: created, Revision: s.rev}
+		s.notifyAddress(store.AddressPut, &rec, self)
+	}
+	return s.rev, created, nil
+}
+
+// othersWatch reports whether a watcher other than self is registered:
+// without one, a write need not build the record it would be told.
+func (s *Store) othersWatch(self store.Watcher) bool {
+	return len(s.watchers) > 1 || len(s.watchers) == 1 && (self == nil || s.watchers[0].w != self)
 }
 
 // DeleteAddress implements store.Store.
@@ -345,8 +357,10 @@ func (s *Store) DeleteAddressLocked(addr netip.Addr, self store.Watcher) (int64,
 		return 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
 	s.rev++
-	rec := ipaddress.IPAddress{Addr: addr}
-	s.notifyAddress(store.AddressDeleted, &rec, self)
+	if s.othersWatch(self) {
+		rec := ipaddress.IPAddress{Addr: addr}
+		s.notifyAddress(store.AddressDeleted, &rec, self)
+	}
 	return s.rev, nil
 }
 

@@ -89,6 +89,8 @@ type records struct {
 	scopes   []scope
 	scopeIDs map[scope]uint32
 	last     uint32 // the scope looked up last: most writes repeat it
+
+	warmed uint8 // the sum of what warm loaded, so that its loads are kept
 }
 
 type scope struct{ group, resource, namespace string }
@@ -138,9 +140,35 @@ func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
 	return id
 }
 
+// ownerKey is an owner's interned scope and its hash in the owner table.
+type ownerKey struct {
+	sid uint32
+	h   uint64
+}
+
+func (r *records) ownerKeyOf(p ipaddress.ParentRef) ownerKey {
+	sid := r.scopeID(p)
+	return ownerKey{sid, r.ownerHash(sid, p.Name)}
+}
+
+// warm loads the owner table's home slot of k. A write calls it before
+// looking the address up: in a large store both are cache misses, and
+// neither depends on the other, so the processor then waits for them
+// together instead of one after the other.
+func (r *records) warm(k ownerKey) {
+	if t := &r.owners; t.n > 0 {
+		r.warmed += t.slot(r.home(t, k.h))[0]
+	}
+}
+
 // put stores a record; the caller checked the address is free.
 func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
-	sid := r.scopeID(p)
+	r.putKeyed(a, r.ownerKeyOf(p), p.Name, created, rev)
+}
+
+// putKeyed is put for a caller that has the owner's key.
+func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev int64) {
+	sid := k.sid
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
 	}
@@ -158,9 +186,9 @@ func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
 	// is not in the tables yet.
 	t := r.table(a)
 	r.reserve(t)
-	off := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, p.Name)
+	off := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, name)
 	r.insert(t, r.addrHash(key), off)
-	r.addOwner(r.ownerHash(sid, p.Name), sid, p.Name, off)
+	r.addOwner(k.h, sid, name, off)
 }
 
 // ownerSlots is how many records of one owner the owner table holds (a
