@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/netipam/netipam/internal/legacyip"
 	"github.com/netipam/netipam/ipaddress"
 )
 
@@ -100,8 +101,8 @@ func parsePrefix(field, s string) (netip.Prefix, error) {
 
 // leadingZerosOnly reports whether s, which netip.ParsePrefix rejected,
 // would parse once leading zeros are removed from the decimal prefix
-// length and from the dotted-decimal IPv4 part of the address, as the
-// legacy parsers accepted ("010.0.0.0/8", "10.0.0.0/08").
+// length and from the address, as the legacy parsers accepted
+// ("010.0.0.0/8", "10.0.0.0/08", "fd00:0000a::/32").
 func leadingZerosOnly(s string) bool {
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {
@@ -125,7 +126,7 @@ func leadingZerosOnly(s string) bool {
 	}
 	if _, err := netip.ParseAddr(addr); err != nil {
 		var ok bool
-		if addr, ok = stripIPv4LeadingZeros(addr); !ok {
+		if addr, ok = legacyip.WithoutLeadingZeros(addr); !ok {
 			return false
 		}
 	}
@@ -135,35 +136,6 @@ func leadingZerosOnly(s string) bool {
 	}
 	_, err := netip.ParsePrefix(fixed)
 	return err == nil
-}
-
-// stripIPv4LeadingZeros removes leading zeros from the dotted-decimal IPv4
-// part of an address string (all of it, or the tail after the last ':').
-// It reports false when that part is not four fields of decimal digits of
-// at most three significant digits each.
-func stripIPv4LeadingZeros(a string) (string, bool) {
-	head, tail := "", a
-	if i := strings.LastIndexByte(a, ':'); i >= 0 {
-		head, tail = a[:i+1], a[i+1:]
-	}
-	fields := strings.Split(tail, ".")
-	if len(fields) != 4 {
-		return "", false
-	}
-	for i, f := range fields {
-		if f == "" || strings.Trim(f, "0123456789") != "" {
-			return "", false
-		}
-		f = strings.TrimLeft(f, "0")
-		if f == "" {
-			f = "0"
-		}
-		if len(f) > 3 {
-			return "", false
-		}
-		fields[i] = f
-	}
-	return head + strings.Join(fields, "."), true
 }
 
 // ValidatePrefix reports whether p is an acceptable prefix value: valid

@@ -100,6 +100,7 @@ func TestPrefixMustNotHaveLeadingZeros(t *testing.T) {
 	for _, s := range []string{
 		"010.0.0.0/8", "10.0.0.0/08", "10.000.0.0/16", "10.0.0.0/00", "2001:db8::/064",
 		"::ffff:010.0.0.0/104", "10.0.0.1/024", "0010.0.0.0/8",
+		"2001:db8::00001/128", "fd00:0000a::/32", "02001:db8::/032",
 	} {
 		_, err := ParsePrefix(s)
 		wantErrors(t, s, err, fe{Field: "spec.cidrs", Value: s, Detail: msgLeadingZeros})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/netipam/netipam/internal/legacyip"
 )
 
 // ErrInvalid is matched (errors.Is) by every validation error of this
@@ -113,11 +115,10 @@ func ParseAddr(s string) (netip.Addr, error) {
 }
 
 // onlyLeadingZeros reports whether s, which netip.ParseAddr rejected,
-// parses once leading zeros are removed from its dotted-decimal IPv4 part
-// (the whole of s, or the tail after the last ':' of an IPv6 address), as
-// the legacy parsers accepted: "010.1.2.3", "::ffff:1.2.3.04".
+// parses once leading zeros are removed, as the legacy parsers read it:
+// "010.1.2.3", "::ffff:1.2.3.04", "fd00::00005".
 func onlyLeadingZeros(s string) bool {
-	fixed, ok := withoutLeadingZeros(s)
+	fixed, ok := legacyip.WithoutLeadingZeros(s)
 	if !ok || fixed == s {
 		return false
 	}
@@ -125,48 +126,10 @@ func onlyLeadingZeros(s string) bool {
 	return err == nil
 }
 
-// withoutLeadingZeros returns s with the leading zeros of its dotted-decimal
-// IPv4 part removed, read as decimal; false if s has no such part or a
-// field that is not decimal digits or exceeds three digits once stripped.
-func withoutLeadingZeros(s string) (string, bool) {
-	head, tail := "", s
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		head, tail = s[:i+1], s[i+1:]
-	}
-	fields := strings.Split(tail, ".")
-	if len(fields) != 4 {
-		return "", false
-	}
-	var b strings.Builder
-	b.WriteString(head)
-	for i, f := range fields {
-		if f == "" {
-			return "", false
-		}
-		for j := 0; j < len(f); j++ {
-			if f[j] < '0' || f[j] > '9' {
-				return "", false
-			}
-		}
-		f = strings.TrimLeft(f, "0")
-		if f == "" {
-			f = "0"
-		}
-		if len(f) > 3 { // more than 255 whatever the digits
-			return "", false
-		}
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(f)
-	}
-	return b.String(), true
-}
-
 // ParseAddrLegacy returns the address s denotes when read as the legacy
 // parsers read it (Kubernetes' ParseIPSloppy among them), for data written
 // before ParseAddr's rules were enforced: leading zeros in dotted decimal
-// are decimal, any IPv6 spelling is accepted, an IPv4-mapped address is its
+// are decimal, any IPv6 spelling is accepted (zero-padded groups too), an IPv4-mapped address is its
 // IPv4 address and a zone is dropped. It is for recognising what such data
 // means (repair must not free an address a consumer holds under any
 // spelling), never for accepting new input: use ParseAddr for that. Every
@@ -174,7 +137,7 @@ func withoutLeadingZeros(s string) (string, bool) {
 func ParseAddrLegacy(s string) (netip.Addr, bool) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		fixed, ok := withoutLeadingZeros(s)
+		fixed, ok := legacyip.WithoutLeadingZeros(s)
 		if !ok {
 			return netip.Addr{}, false
 		}

@@ -123,6 +123,9 @@ func TestAddrMustNotHaveLeadingZeros(t *testing.T) {
 	for _, s := range []string{
 		"010.0.0.1", "10.00.0.1", "10.0.0.01", "000.0.0.0", "10.0.0.0001",
 		"192.168.001.001", "::ffff:010.0.0.1", "2001:db8::1.2.3.04",
+		// An IPv6 group padded past four digits: the legacy parsers read
+		// any number of leading zeros there too.
+		"2001:db8::00001", "00000fd00::5", "fd00:0:0:0:0:0:0:0000a",
 	} {
 		_, err := ParseAddr(s)
 		wantErrors(t, s, err, FieldError{"metadata.name", s, msgLeadingZeros})
@@ -343,12 +346,15 @@ func TestParseAddrLegacyReadsWhatLegacyParsersRead(t *testing.T) {
 		"::ffff:10.96.0.1": "10.96.0.1",
 		"::ffff:010.0.0.1": "10.0.0.1",
 		"fe80::1%eth0":     "fe80::1",
+		"2001:db8::00001":  "2001:db8::1",
+		"00000fd00::5":     "fd00::5",
+		"fd00:10::0000A":   "fd00:10::a",
 	} {
 		if got, ok := ParseAddrLegacy(s); !ok || got != netip.MustParseAddr(want) {
 			t.Errorf("ParseAddrLegacy(%q) = %v, %v; want %s", s, got, ok, want)
 		}
 	}
-	for _, s := range []string{"", "10.96.0.300", "10.96.0", "1.2.3.0400", "10.0.0.1%eth0", "foo", "10.0.0.1/24"} {
+	for _, s := range []string{"", "10.96.0.300", "10.96.0", "1.2.3.0400", "10.0.0.1%eth0", "foo", "10.0.0.1/24", "fd00::10000", "fd00::0000g"} {
 		if got, ok := ParseAddrLegacy(s); ok {
 			t.Errorf("ParseAddrLegacy(%q) = %v, want no address", s, got)
 		}

@@ -148,18 +148,19 @@ func TestAnAddressHeldInALegacySpellingKeepsItsRecord(t *testing.T) {
 	e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/24", "fd00::/64"}})
 	e.allocate("10.96.0.5", svc("legacy"))
 	e.allocate("fd00::5", svc("legacy"))
+	e.allocate("fd00::7", svc("legacy"))
 	e.allocate("10.96.0.6", svc("other"))
 	e.clock.Advance(time.Hour)
-	rep := e.run(false, consumer(svc("legacy"), "010.096.000.005", "FD00::5", "10.96.0.06"), consumer(svc("other")))
+	rep := e.run(false, consumer(svc("legacy"), "010.096.000.005", "FD00::5", "fd00::00007", "10.96.0.06"), consumer(svc("other")))
 	for _, ev := range rep.Events {
 		if ev.Kind != repair.Invalid {
 			t.Errorf("unexpected %s event: %v", ev.Kind, ev)
 		}
 	}
-	if n := len(rep.Events); n != 3 {
-		t.Errorf("%d events, want the 3 Invalid ones", n)
+	if n := len(rep.Events); n != 4 {
+		t.Errorf("%d events, want the 4 Invalid ones", n)
 	}
-	for _, a := range []string{"10.96.0.5", "fd00::5", "10.96.0.6"} {
+	for _, a := range []string{"10.96.0.5", "fd00::5", "fd00::7", "10.96.0.6"} {
 		if _, ok := e.record(a); !ok {
 			t.Errorf("the record of %s, held in a legacy spelling, was deleted", a)
 		}

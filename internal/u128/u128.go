@@ -57,18 +57,6 @@ func put64(b []byte, v uint64) {
 	}
 }
 
-// Pow2 returns 2^n for n < 128, and Max for n >= 128 (2^128 does not fit).
-func Pow2(n int) U128 {
-	switch {
-	case n >= 128:
-		return Max
-	case n >= 64:
-		return U128{Hi: 1 << (n - 64)}
-	default:
-		return U128{Lo: 1 << n}
-	}
-}
-
 // IsZero reports whether u == 0.
 func (u U128) IsZero() bool { return u.Hi == 0 && u.Lo == 0 }
 

@@ -47,8 +47,8 @@ func TestWrapAtTheEdges(t *testing.T) {
 	if Max.Inc() != (U128{}) || (U128{}).Dec() != Max {
 		t.Fatal("Inc/Dec do not wrap at 0 and 2^128-1")
 	}
-	if Pow2(64) != (U128{Hi: 1}) || Pow2(0) != From64(1) || Pow2(128) != Max || Max.BitLen() != 128 || (U128{}).BitLen() != 0 {
-		t.Fatal("Pow2/BitLen edges")
+	if Max.BitLen() != 128 || (U128{}).BitLen() != 0 || From64(1).BitLen() != 1 || (U128{Hi: 1}).BitLen() != 65 {
+		t.Fatal("BitLen edges")
 	}
 }
 
