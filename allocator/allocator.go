@@ -323,6 +323,22 @@ func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddre
 	return out[0], err
 }
 
+// Restore allocates addr to owner as Allocate does, for a caller that
+// writes back the record of an address owner already holds (a repair),
+// not one serving a request: the observer is not told, as the reference's
+// repair writes such records past its allocator and its metrics.
+func (a *Allocator) Restore(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	var out results
+	_, err := a.allocateOnce(ctx, owner, []request{{addr: addr}}, false, &out)
+	return out[0], err
+}
+
 // AllocateDualStack allocates one address of each family to owner, both or
 // neither, in one atomic store write. A family may be given a static
 // address; the zero Addr means "the next free one".

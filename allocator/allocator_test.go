@@ -791,6 +791,32 @@ func TestDefaultCIDRIsCreatedAndMayOnlyBecomeDualStack(t *testing.T) {
 	}
 }
 
+// SPEC §5 asks only that the default CIDR exist: one being deleted is left
+// as it is, not made dual-stack, which would give its removal more
+// addresses to wait for.
+func TestATerminatingDefaultCIDRIsNotMadeDualStack(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, nil)
+	if _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/28")); err != nil {
+		t.Fatal(err)
+	}
+	mustStatic(t, a, "10.96.0.1", "kubernetes")
+	if err := a.DeleteCIDR(ctx, "kubernetes"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(kubernetes) holding 10.96.0.1: %v, want blocked", err)
+	}
+	before, err := a.GetCIDR("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.EnsureDefault(ctx, pfx("10.96.0.0/28"), pfx("fd00:10::/108"))
+	if err != nil || !c.Terminating || len(c.Prefixes) != 1 {
+		t.Fatalf("EnsureDefault(dual-stack) on the Terminating default = %+v, %v; want it as it is", c, err)
+	}
+	if after, _ := a.GetCIDR("kubernetes"); after.Revision != before.Revision || !slices.Equal(after.Prefixes, before.Prefixes) {
+		t.Fatalf("the Terminating default changed from %v (revision %d) to %v (revision %d)", before.Prefixes, before.Revision, after.Prefixes, after.Revision)
+	}
+}
+
 func TestCIDRPrefixesAreImmutableExceptSingleToDualStack(t *testing.T) {
 	ctx := context.Background()
 	a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})

@@ -211,7 +211,7 @@ func (a *Allocator) EnsureDefault(ctx context.Context, prefixes ...netip.Prefix)
 		if err != nil {
 			return cidrset.CIDR{}, err
 		}
-		if slices.Equal(cur.Prefixes, prefixes) {
+		if cur.Terminating || slices.Equal(cur.Prefixes, prefixes) {
 			return cur, nil
 		}
 		if len(cur.Prefixes) == 1 && len(prefixes) == 2 && cur.Prefixes[0] == prefixes[0] {

@@ -65,7 +65,10 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 	}
 	var d Decision
 	relied := map[string]int64{}
-	for _, p := range target.Prefixes {
+	// In address order, IPv4 first whatever the CIDR's own order, so that
+	// Blocking ascends, and a cut one keeps the lowest addresses.
+	prefixes := slices.SortedFunc(slices.Values(target.Prefixes), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	for _, p := range prefixes {
 		host, ok := cidrset.HostRange(p)
 		if !ok {
 			continue

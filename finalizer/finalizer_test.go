@@ -206,3 +206,70 @@ func TestDecideInReadsOnlyOverlappingCIDRsAndDecidesTheSame(t *testing.T) {
 		}
 	})
 }
+
+// SPEC §4, checked address by address: an allocated address blocks the
+// removal exactly when a prefix of the target holds it as a host and no
+// prefix of another live CIDR does. Random CIDRs (IPv6 listed first in
+// some, prefixes down to single addresses, whole families) and addresses,
+// including network and broadcast ones; Blocking must be those addresses,
+// ascending.
+func TestDecideBlocksExactlyOnAddressesNoLiveCIDRHolds(t *testing.T) {
+	v4 := []string{"10.0.0.0/8", "10.0.0.0/23", "10.0.0.0/24", "10.0.0.0/25", "10.0.0.128/25", "10.0.0.252/30", "10.0.0.254/31", "10.0.0.255/32", "10.0.1.0/24", "0.0.0.0/0"}
+	v6 := []string{"::/0", "fd00::/64", "fd00::/112", "fd00::/120", "fd00::80/121", "fd00::fe/127", "fd00::ff/128"}
+	addrs := []string{"10.0.0.0", "10.0.0.1", "10.0.0.127", "10.0.0.128", "10.0.0.253", "10.0.0.254", "10.0.0.255", "10.0.1.0", "10.0.1.255", "10.9.0.1",
+		"fd00::", "fd00::5", "fd00::80", "fd00::fe", "fd00::ff", "fd00::100", "fd00::1:0"}
+	rapid.Check(t, func(rt *rapid.T) {
+		var all []cidrset.CIDR
+		for i := range rapid.IntRange(1, 6).Draw(rt, "cidrs") {
+			var ps []string
+			if rapid.Bool().Draw(rt, "v4") {
+				ps = append(ps, rapid.SampledFrom(v4).Draw(rt, "p4"))
+			}
+			if len(ps) == 0 || rapid.Bool().Draw(rt, "v6") {
+				ps = append(ps, rapid.SampledFrom(v6).Draw(rt, "p6"))
+			}
+			if len(ps) == 2 && rapid.Bool().Draw(rt, "v6 first") {
+				ps[0], ps[1] = ps[1], ps[0]
+			}
+			all = append(all, cidr(fmt.Sprint("c", i), int64(i+1), rapid.Bool().Draw(rt, "terminating"), ps...))
+		}
+		used := rapid.SliceOfDistinct(rapid.SampledFrom(addrs), func(s string) string { return s }).Draw(rt, "used")
+		slices.SortFunc(used, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+		target := all[rapid.IntRange(0, len(all)-1).Draw(rt, "target")]
+		target.Terminating = true
+
+		hostOf := func(c cidrset.CIDR, a netip.Addr) bool {
+			return slices.ContainsFunc(c.Prefixes, func(p netip.Prefix) bool { return cidrset.HostContains(p, a) })
+		}
+		var want []netip.Addr
+		for _, s := range used {
+			a := netip.MustParseAddr(s)
+			held := slices.ContainsFunc(all, func(o cidrset.CIDR) bool { return o.Name != target.Name && !o.Terminating && hostOf(o, a) })
+			if hostOf(target, a) && !held {
+				want = append(want, a)
+			}
+		}
+		d := finalizer.Decide(target, all, usedAt(used...))
+		if d.Remove != (len(want) == 0) || !slices.Equal(d.Blocking, want) {
+			rt.Fatalf("Decide(%v) = remove %v, blocking %v; want blocking %v", target.Prefixes, d.Remove, d.Blocking, want)
+		}
+	})
+}
+
+// Blocking ascends whatever the order of the target's prefixes, and when
+// cut, keeps the lowest addresses: a dual-stack CIDR listing IPv6 first
+// still names its IPv4 blockers.
+func TestBlockingAscendsWhateverThePrefixOrder(t *testing.T) {
+	used := []string{"10.0.0.7"}
+	for i := range finalizer.MaxBlocking + 4 {
+		used = append(used, fmt.Sprintf("fd00::%x", i+1))
+	}
+	d := finalizer.Decide(cidr("dual", 1, true, "fd00::/120", "10.0.0.0/24"), nil, usedAt(used...))
+	want := make([]netip.Addr, 0, finalizer.MaxBlocking)
+	for _, s := range used[:finalizer.MaxBlocking] {
+		want = append(want, netip.MustParseAddr(s))
+	}
+	if !slices.Equal(d.Blocking, want) || !d.More {
+		t.Fatalf("Blocking = %v, More = %v; want %v, More", d.Blocking, d.More, want)
+	}
+}

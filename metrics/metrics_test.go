@@ -234,6 +234,12 @@ netipam_repair_ip_errors_total{type="unknown"} 0
 # TYPE netipam_repair_reconcile_errors_total counter
 netipam_repair_reconcile_errors_total 0
 `, "netipam_repair_ip_errors_total", "netipam_repair_reconcile_errors_total")
+	// The record repair wrote back is no allocation: only the one made
+	// above for "gone" counts, as in the reference, whose repair writes
+	// records past its allocator.
+	if got := value(t, e.reg, "netipam_allocator_allocation_total", "cidr", "kubernetes", "scope", "static"); got != 1 {
+		t.Errorf("static allocations = %v after a repair pass, want 1: the repair was counted as one", got)
+	}
 
 	// A pass that fails counts as a reconcile error.
 	r.Consumers = failing{}
@@ -258,6 +264,10 @@ func TestKubernetesNames(t *testing.T) {
 	if _, err := e.a.AllocateNext(e.ctx, ipaddress.IPv4, svc("x")); err != nil {
 		t.Fatal(err)
 	}
+	// An error too, or its counter would have no series to name.
+	if _, err := e.a.Allocate(e.ctx, netip.MustParseAddr("10.96.1.1"), svc("y")); err == nil {
+		t.Fatal("allocated an address outside every CIDR")
+	}
 	mfs, err := e.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -270,6 +280,7 @@ func TestKubernetesNames(t *testing.T) {
 		"kube_apiserver_clusterip_allocator_allocated_ips",
 		"kube_apiserver_clusterip_allocator_available_ips",
 		"kube_apiserver_clusterip_allocator_allocation_total",
+		"kube_apiserver_clusterip_allocator_allocation_errors_total",
 		"kube_apiserver_clusterip_allocator_allocation_duration_seconds",
 		"apiserver_clusterip_repair_ip_errors_total",
 		"apiserver_clusterip_repair_reconcile_errors_total",

@@ -419,11 +419,12 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 	} else {
 		if !p.liveAt(a) {
 			// Only Terminating CIDRs hold a, as the pass read them: adopt
-			// it there rather than have Allocate fail first, which the
-			// allocator's observer would count as an allocation error.
+			// it there rather than try a live CIDR first.
 			err = allocator.ErrTerminating
 		} else {
-			_, err = p.a.Allocate(ctx, a, ref)
+			// Restore, not Allocate: the record is written back, nobody
+			// asked for an address, and the metrics count only requests.
+			_, err = p.a.Restore(ctx, a, ref)
 		}
 		if errors.Is(err, allocator.ErrTerminating) {
 			var names []string
