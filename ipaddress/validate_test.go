@@ -320,7 +320,14 @@ func TestDNS1123HelpersRequireAValue(t *testing.T) {
 func TestNameChecksMatchTheGrammar(t *testing.T) {
 	label := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	subdomain := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	gen := rapid.StringOfN(rapid.SampledFrom([]rune("ab09-.A_ é")), 0, 12, -1)
+	// Long strings of mostly valid bytes too, for the eight-at-a-time check.
+	gen := rapid.OneOf(
+		rapid.StringOfN(rapid.SampledFrom([]rune("ab09-.A_ é")), 0, 12, -1),
+		rapid.StringOfN(rapid.SampledFrom([]rune("abcdefghijklmnopqrstuvwxyz0123456789------.A_é~/`:{@[")), 0, 40, -1),
+		rapid.StringOfN(rapid.SampledFrom([]rune("az09-")), 0, 40, -1),
+		rapid.StringOfN(rapid.SampledFrom([]rune("aaaz09-.")), 0, 40, -1),
+		rapid.StringOfN(rapid.SampledFrom([]rune("aaaaaaaz09-é\u0100\u00ff")), 0, 40, -1),
+	)
 	rapid.Check(t, func(rt *rapid.T) {
 		s := gen.Draw(rt, "s")
 		if got, want := isLabel(s), label.MatchString(s); got != want {
