@@ -487,6 +487,10 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		var err error
 		switch {
 		case dryRun:
+			// As the real call would: a dry run answers what it would do.
+			if err := ctx.Err(); err != nil {
+				return sourcesOf(nil), err
+			}
 			a.mu.Lock()
 			choices, err = a.chooseLocked(reqs, skip, buf[:0])
 			a.mu.Unlock()

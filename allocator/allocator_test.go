@@ -715,6 +715,15 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if len(recs) != 1 || c.Terminating {
 		t.Fatalf("dry run wrote: %d records, terminating %v", len(recs), c.Terminating)
 	}
+	// An ended context fails a dry run as it fails the real call.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := d.AllocateNext(done, ipaddress.IPv4, svc("x")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("dry-run AllocateNext with a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := a.AllocateNext(done, ipaddress.IPv4, svc("x")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AllocateNext with a cancelled context: %v, want context.Canceled", err)
+	}
 }
 
 func TestOwnerIndexFindsAndReleasesAnOwnersAddresses(t *testing.T) {

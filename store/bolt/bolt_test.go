@@ -1,6 +1,7 @@
 package bolt_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -270,6 +271,40 @@ func wantCorrupt(t *testing.T, what string, err error, names ...string) {
 			t.Fatalf("%s: error %q does not name %q", what, err, n)
 		}
 	}
+}
+
+// A key the encoder never writes is corrupt even when its value is sound:
+// an IPv6 key holding an IPv4-mapped address, which CreateAddresses
+// refuses, would be listed under a name no command could release.
+func TestAMappedAddressKeyIsCorrupt(t *testing.T) {
+	ctx := ctxT(t)
+	path := tempPath(t)
+	st := mustOpen(t, path)
+	create(t, st, "10.0.0.5", svc("default", "a"))
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket([]byte("addrs"))
+		val := bytes.Clone(b.Get(addrKey(ip("10.0.0.5"))))
+		if err := b.Delete(addrKey(ip("10.0.0.5"))); err != nil {
+			return err
+		}
+		return b.Put(addrKey(ip("::ffff:10.0.0.5")), val)
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = mustOpen(t, path)
+	defer st.Close()
+	_, err = st.ListAddresses(ctx)
+	wantCorrupt(t, "ListAddresses", err, "::ffff:10.0.0.5")
+	wantCorrupt(t, "Check", st.Check(ctx), "::ffff:10.0.0.5")
 }
 
 func TestCorruptValues(t *testing.T) {

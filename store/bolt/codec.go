@@ -83,7 +83,11 @@ func decodeAddrKey(k []byte) (netip.Addr, error) {
 		}
 		return netip.AddrFrom4([4]byte(k[13:])), nil
 	case fam6:
-		return netip.AddrFrom16([16]byte(k[1:])), nil
+		a := netip.AddrFrom16([16]byte(k[1:]))
+		if a.Is4In6() { // CreateAddresses refuses these: never written
+			return netip.Addr{}, corrupt("IPv6 address key holding the IPv4-mapped %s", a)
+		}
+		return a, nil
 	}
 	return netip.Addr{}, corrupt("address key of unknown family %d", k[0])
 }

@@ -101,14 +101,15 @@ func FuzzDecodeAddrKey(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 1})
 	f.Add([]byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 1})
+	f.Add([]byte{6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, k []byte) {
 		a, err := decodeAddrKey(k)
 		if err != nil {
 			checkCorrupt(t, "decodeAddrKey", err)
 			return
 		}
-		if checkAddr(a) != nil {
-			t.Fatalf("decoded %v, which cannot be stored", a)
+		if checkAddr(a) != nil || ipaddress.ValidateAddr(a) != nil {
+			t.Fatalf("decoded %v, which CreateAddresses refuses", a)
 		}
 		if got := appendAddrKey(nil, a); !bytes.Equal(got, k) {
 			t.Fatalf("decoded %v re-encodes to %x, not %x", a, got, k)
