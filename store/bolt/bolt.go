@@ -46,7 +46,10 @@
 // zero. A decoder accepts exactly what the encoder writes: a value of
 // another version, a truncated value, trailing bytes, a varint not in its
 // shortest form or an unknown flag is an error wrapping store.ErrCorrupt
-// (a *CorruptError naming the bucket and the key), never a panic.
+// (a *CorruptError naming the bucket and the key), never a panic. A file
+// damaged below the records, which bbolt panics on (a bad page) or which
+// faults when read (a truncated file), gives a *CorruptError too, with no
+// bucket; the store that read it is best closed.
 //
 // Created times are kept to the nanosecond between the years 1678 and 2262.
 package bolt
@@ -130,14 +133,21 @@ func Open(path string, opts ...Option) (*Store, error) {
 	case timeout == 0:
 		timeout = time.Nanosecond // bbolt: one attempt
 	}
-	db, err := bbolt.Open(path, o.mode, &bbolt.Options{Timeout: timeout})
+	var db *bbolt.DB
+	err := guard(path, func() (err error) {
+		db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: timeout})
+		return err
+	})
+	if errors.Is(err, store.ErrCorrupt) {
+		return nil, err
+	}
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, &LockedError{Path: path, Timeout: max(o.lockTimeout, 0)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
-	if err := initFile(db); err != nil {
+	if err := guard(path, func() error { return initFile(db) }); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
@@ -251,7 +261,7 @@ func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	err := s.db.View(fn)
+	err := guard(s.path, func() error { return s.db.View(fn) })
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return store.ErrClosed
 	}
@@ -271,16 +281,18 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]
 		return store.ErrClosed
 	}
 	var evs []store.Event
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		rev, err := readMetaRevision(tx)
-		if err != nil {
-			return err
-		}
-		rev++
-		if evs, err = fn(tx, rev); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketMeta).Put(keyRevision, encodeRevision(rev))
+	err := guard(s.path, func() error {
+		return s.db.Update(func(tx *bbolt.Tx) error {
+			rev, err := readMetaRevision(tx)
+			if err != nil {
+				return err
+			}
+			rev++
+			if evs, err = fn(tx, rev); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketMeta).Put(keyRevision, encodeRevision(rev))
+		})
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
@@ -686,10 +698,12 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 		return store.ErrClosed
 	}
 	var snap store.Snapshot
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		var err error
-		snap, err = snapshot(tx)
-		return err
+	err := guard(s.path, func() error {
+		return s.db.View(func(tx *bbolt.Tx) error {
+			var err error
+			snap, err = snapshot(tx)
+			return err
+		})
 	})
 	if err != nil {
 		return err

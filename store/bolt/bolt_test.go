@@ -586,3 +586,87 @@ func TestUnstorableInput(t *testing.T) {
 		}
 	}
 }
+
+// A file damaged below the level of records (a partial copy, a full disk,
+// a bad sector) is an error from whatever reads it first, never a panic
+// nor a fault: bbolt panics on pages it cannot read, and reading past the
+// end of a short file faults.
+func TestADamagedFileIsAnErrorNotACrash(t *testing.T) {
+	ctx := ctxT(t)
+	path := tempPath(t)
+	// One process per write, as ipamctl makes them: each commit leaves
+	// freed pages behind, so the file has pages past its first 20000 bytes
+	// that an open must read.
+	write := func(fn func(a *allocator.Allocator) error) {
+		t.Helper()
+		st := mustOpen(t, path)
+		defer st.Close()
+		a, err := allocator.New(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if err := fn(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(func(a *allocator.Allocator) error {
+		_, err := a.CreateCIDR(ctx, "k", netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/64"))
+		return err
+	})
+	for i := range 50 {
+		write(func(a *allocator.Allocator) error {
+			_, _, err := a.AllocateDualStack(ctx, svc(fmt.Sprint("ns-", i), fmt.Sprint("svc-", i)), netip.Addr{}, netip.Addr{})
+			return err
+		})
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page = 4096
+	damaged := map[string][]byte{"truncated": good[:20000], "cut in half": good[:len(good)/2]}
+	for pg := 2; pg < len(good)/page; pg++ {
+		for _, off := range []int{0, 8, 10, 12, 16} { // page id, flags, count, overflow, first element
+			b := bytes.Clone(good)
+			b[pg*page+off] ^= 0xff
+			damaged[fmt.Sprintf("page %d, byte %d flipped", pg, off)] = b
+		}
+	}
+	errs := 0
+	for what, b := range damaged {
+		p := tempPath(t)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A crash fails the test binary.
+		err := readAll(ctx, p)
+		if err != nil {
+			errs++
+		}
+		if what == "truncated" && !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("%s: %v, want an error matching store.ErrCorrupt", what, err)
+		}
+	}
+	if errs == 0 {
+		t.Fatal("no damage was noticed: the test damages nothing that is read")
+	}
+}
+
+// readAll opens the store at path and reads all of it, as a command would.
+func readAll(ctx context.Context, path string) error {
+	st, err := bolt.Open(path, bolt.WithLockTimeout(0))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if _, err := st.ListAddresses(ctx); err != nil {
+		return err
+	}
+	return st.Check(ctx)
+}

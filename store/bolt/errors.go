@@ -3,6 +3,7 @@ package bolt
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -32,8 +33,9 @@ func (e *LockedError) Error() string {
 // Is makes errors.Is(err, ErrLocked) true.
 func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
-// CorruptError reports a stored key or value that cannot be decoded, or an
-// inconsistency between buckets. It matches store.ErrCorrupt.
+// CorruptError reports a stored key or value that cannot be decoded, an
+// inconsistency between buckets, or (Bucket empty) a file bbolt itself
+// cannot read. It matches store.ErrCorrupt.
 type CorruptError struct {
 	Bucket string
 	Key    []byte
@@ -41,6 +43,9 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
+	if e.Bucket == "" {
+		return fmt.Sprintf("bolt: %v", e.Err)
+	}
 	return fmt.Sprintf("bolt: bucket %s, key %s: %v", e.Bucket, formatKey(e.Bucket, e.Key), e.Err)
 }
 
@@ -70,4 +75,26 @@ func formatKey(bucket string, k []byte) string {
 		}
 	}
 	return fmt.Sprintf("%x", k)
+}
+
+// guard runs fn, which uses bbolt, turning a panic into a *CorruptError
+// for the file at path. bbolt panics on a page it cannot make sense of (a
+// damaged file), and reading a file shorter than its pages say faults,
+// which SetPanicOnFault makes a panic too: an embedder, or an operator of
+// ipamctl, gets an error wrapping store.ErrCorrupt, not a crash. bbolt
+// rolls back the transaction a panic leaves before the panic reaches here.
+func guard(path string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		what := fmt.Sprintf("bbolt: %v", r)
+		if _, fault := r.(interface{ Addr() uintptr }); fault {
+			what = "a read past its end: is it truncated?"
+		}
+		err = &CorruptError{Err: fmt.Errorf("%s: damaged file (%s); \"bbolt check %s\" tells more", path, what, path)}
+	}()
+	return fn()
 }

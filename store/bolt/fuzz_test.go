@@ -31,7 +31,7 @@ func seedAddrs() []netip.Addr {
 		netip.MustParseAddr("0.0.0.0"),
 		netip.MustParseAddr("255.255.255.255"),
 		netip.MustParseAddr("2001:db8::1"),
-		netip.MustParseAddr("::ffff:10.0.0.1"),
+		netip.MustParseAddr("::1.2.3.4"), // IPv4-compatible, not mapped: stored as IPv6
 		netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
 	}
 }
