@@ -83,13 +83,21 @@ type options struct {
 	lockTimeout time.Duration
 	now         func() time.Time
 	mode        os.FileMode
+	readOnly    bool
 }
 
 // WithLockTimeout sets how long Open waits for another process to release
 // the file lock before it fails with ErrLocked (default DefaultLockTimeout;
-// bbolt retries every 50 ms). Zero tries once; a negative timeout waits for
-// ever.
+// it tries every 50 ms). Zero tries once; a negative timeout waits for
+// ever, or until OpenContext's context ends.
 func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+
+// WithReadOnly opens the file for reading only, under a lock shared with
+// other readers: enough to read a file one may not write, and no write
+// reaches it (every write fails with ErrReadOnly). Open then refuses a
+// file that is not a netipam store yet, such as an empty one, with
+// ErrNotAStore, rather than making it one.
+func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
 // WithClock sets the clock that stamps Created (for tests).
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
@@ -122,41 +130,62 @@ var _ store.Store = (*Store)(nil)
 // file stays locked until Close; if another process holds it, Open waits up
 // to the lock timeout and then returns a *LockedError (ErrLocked).
 func Open(path string, opts ...Option) (*Store, error) {
+	return OpenContext(context.Background(), path, opts...)
+}
+
+// OpenContext is Open with a wait for the file lock that also ends when
+// ctx does, with an error wrapping ctx's.
+func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{lockTimeout: DefaultLockTimeout, now: time.Now, mode: 0o600}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	timeout := o.lockTimeout
-	switch {
-	case timeout < 0:
-		timeout = 0 // bbolt: wait for ever
-	case timeout == 0:
-		timeout = time.Nanosecond // bbolt: one attempt
+	if o.readOnly {
+		// bbolt would try to initialise an empty file, and fail to write.
+		if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+			return nil, fmt.Errorf("bolt: open %s: %w (an empty file)", path, ErrNotAStore)
+		}
 	}
+	// One attempt at a time, here rather than in bbolt, whose wait for
+	// the lock knows no context.
+	start := time.Now()
 	var db *bbolt.DB
-	err := guard(path, func() (err error) {
-		db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: timeout})
-		return err
-	})
-	if errors.Is(err, store.ErrCorrupt) {
-		return nil, err
+	for {
+		err := guard(path, func() (err error) {
+			db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: time.Nanosecond, ReadOnly: o.readOnly})
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if errors.Is(err, store.ErrCorrupt) {
+			return nil, err
+		}
+		if !errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+		}
+		if o.lockTimeout >= 0 && time.Since(start) >= o.lockTimeout {
+			return nil, &LockedError{Path: path, Timeout: o.lockTimeout}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bolt: open %s: waiting for another process's file lock: %w", path, ctx.Err())
+		case <-time.After(lockRetry):
+		}
 	}
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, &LockedError{Path: path, Timeout: max(o.lockTimeout, 0)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
-	}
-	if err := guard(path, func() error { return initFile(db) }); err != nil {
+	if err := guard(path, func() error { return initFile(db, o.readOnly) }); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
 	return &Store{db: db, path: path, now: o.now, watchers: map[*watcher]struct{}{}}, nil
 }
 
+// lockRetry is how often Open tries the file lock again, as bbolt would.
+const lockRetry = 50 * time.Millisecond
+
 // initFile creates the buckets of a new file and checks the format version
-// of an existing one.
-func initFile(db *bbolt.DB) error {
+// of an existing one. A file opened read-only must have them already.
+func initFile(db *bbolt.DB, readOnly bool) error {
 	ready := false
 	err := db.View(func(tx *bbolt.Tx) error {
 		var err error
@@ -165,6 +194,9 @@ func initFile(db *bbolt.DB) error {
 	})
 	if err != nil || ready {
 		return err
+	}
+	if readOnly {
+		return ErrNotAStore
 	}
 	return db.Update(func(tx *bbolt.Tx) error {
 		if ready, err := checkMeta(tx); err != nil || ready {
@@ -177,7 +209,7 @@ func initFile(db *bbolt.DB) error {
 				return errors.New("stop")
 			})
 			if foreign != nil {
-				return fmt.Errorf("not a netipam store: bucket %q without a %q bucket", foreign, bucketMeta)
+				return fmt.Errorf("%w: bucket %q without a %q bucket", ErrNotAStore, foreign, bucketMeta)
 			}
 		}
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -297,6 +329,9 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]
 	if err != nil {
 		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 			return store.ErrClosed
+		}
+		if errors.Is(err, berrors.ErrDatabaseReadOnly) {
+			return fmt.Errorf("bolt: %s: %w", s.path, ErrReadOnly)
 		}
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -669,4 +670,80 @@ func readAll(ctx context.Context, path string) error {
 		return err
 	}
 	return st.Check(ctx)
+}
+
+// OpenContext's wait for another process's lock ends with its context, even
+// when the lock timeout would wait for ever.
+func TestOpenContextEndsTheWaitForTheLock(t *testing.T) {
+	path := tempPath(t)
+	st := mustOpen(t, path)
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := bolt.OpenContext(ctx, path, bolt.WithLockTimeout(-1))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("OpenContext of a locked file: %v, want the context's error naming %s", err, path)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("OpenContext took %v with a 100ms context", took)
+	}
+}
+
+// A store opened WithReadOnly reads what is there, beside other readers,
+// writes nothing, and does not make a store of a file that is not one.
+func TestAReadOnlyStoreReadsAndWritesNothing(t *testing.T) {
+	ctx := ctxT(t)
+	path := tempPath(t)
+	st := mustOpen(t, path)
+	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	create(t, st, "10.0.0.1", svc("default", "a"))
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ro := mustOpen(t, path, bolt.WithReadOnly())
+	other := mustOpen(t, path, bolt.WithReadOnly(), bolt.WithLockTimeout(0)) // the lock is shared
+	if _, err := bolt.Open(path, bolt.WithLockTimeout(0)); !errors.Is(err, bolt.ErrLocked) {
+		t.Fatalf("a writer's Open beside readers: %v, want ErrLocked", err)
+	}
+	if recs, err := other.ListAddresses(ctx); err != nil || len(recs) != 1 {
+		t.Fatalf("ListAddresses read-only: %v, %v", recs, err)
+	}
+	a, err := allocator.New(ctx, ro)
+	if err != nil {
+		t.Fatalf("allocator.New over a read-only store: %v", err)
+	}
+	if u, err := a.Usage("c"); err != nil || u.Prefixes[0].Used != cidrset.CountOf(1) {
+		t.Fatalf("Usage read-only: %+v, %v", u, err)
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("default", "b")); !errors.Is(err, bolt.ErrReadOnly) {
+		t.Fatalf("AllocateNext over a read-only store: %v, want ErrReadOnly", err)
+	}
+	a.Close()
+	ro.Close()
+	other.Close()
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("the file changed under read-only stores (%v)", err)
+	}
+
+	empty := tempPath(t)
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bolt.Open(empty, bolt.WithReadOnly()); !errors.Is(err, bolt.ErrNotAStore) {
+		t.Fatalf("read-only Open of an empty file: %v, want ErrNotAStore", err)
+	}
+	if fi, err := os.Stat(empty); err != nil || fi.Size() != 0 {
+		t.Fatalf("read-only Open wrote to an empty file (%v)", err)
+	}
+	if _, err := bolt.Open(tempPath(t), bolt.WithReadOnly()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("read-only Open of a missing file: %v, want fs.ErrNotExist", err)
+	}
 }

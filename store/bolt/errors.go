@@ -15,6 +15,13 @@ import (
 // returns a *LockedError, which matches it.
 var ErrLocked = errors.New("file is locked by another process")
 
+// ErrNotAStore means a file opened WithReadOnly is not a netipam store
+// yet (an empty file, say), which a read-only Open does not make it.
+var ErrNotAStore = errors.New("not a netipam store")
+
+// ErrReadOnly is the error of a write to a store opened WithReadOnly.
+var ErrReadOnly = errors.New("store opened read-only")
+
 // ErrFormatVersion means the file was written in a layout this package does
 // not read (a newer version of it).
 var ErrFormatVersion = errors.New("unsupported file format version")
