@@ -25,6 +25,10 @@ type command struct {
 	maxArgs int // -1: any
 	args    string
 	run     func(*env) error
+	// prepare, if set, reads the command's input before the store is
+	// opened (and a bbolt file locked): input that is slow to come, or
+	// wrong, holds no lock.
+	prepare func(*env) error
 	// readOnly commands do not create a missing --db file: a mistyped
 	// path would show an empty store as if it were the real one.
 	readOnly bool
@@ -38,7 +42,7 @@ var commands = []command{
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate},
 	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease},
-	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd},
+	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, prepare: repairInput},
 	{name: "usage", args: "", run: usageCmd, readOnly: true},
 }
 
@@ -550,9 +554,12 @@ func readConsumers(path string, e *env) ([]repair.Consumer, error) {
 	var data []byte
 	var err error
 	if path == "-" {
-		data, err = readAll(e.stdin)
+		data, err = readAllContext(e.ctx, e.stdin)
 	} else {
 		data, err = os.ReadFile(path)
+	}
+	if ctxErr := e.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return nil, fmt.Errorf("--consumers %s: %w", path, err)
 	}
 	if err != nil {
 		return nil, usageErrorf("--consumers: %v", err)
@@ -610,7 +617,9 @@ type repairReport struct {
 	Events     []repairEvent `json:"events"`
 }
 
-func repairCmd(e *env) error {
+// repairInput reads and checks repair's consumers file before the store
+// is opened.
+func repairInput(e *env) error {
 	path, ok := e.cl.flags["consumers"]
 	if !ok {
 		return usageErrorf("repair needs --consumers FILE: the addresses each owner holds, the truth records are reconciled with (see README); without it every record would count as leaked")
@@ -619,9 +628,14 @@ func repairCmd(e *env) error {
 	if err != nil {
 		return err
 	}
+	e.consumers = consumers
+	return nil
+}
+
+func repairCmd(e *env) error {
 	r := &repair.Repairer{
 		Allocator: e.a,
-		Consumers: repair.NewStatic(consumers...),
+		Consumers: repair.NewStatic(e.consumers...),
 		DryRun:    e.cl.has("dry-run"),
 		Logger:    e.log,
 	}

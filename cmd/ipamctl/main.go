@@ -39,12 +39,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/netipam/netipam/admission"
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/repair"
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/bolt"
 )
@@ -62,6 +64,14 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer func() {
+		// A bug: say so the way every error is said, with what a report
+		// needs, and exit 1, not Go's 2, which means a usage error here.
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "ipamctl: internal error: %v\n%s", r, debug.Stack())
+			os.Exit(exitError)
+		}
+	}()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -206,6 +216,8 @@ type env struct {
 	now    time.Time
 	a      *allocator.Allocator
 	st     store.Store
+
+	consumers []repair.Consumer // repair's, read by its prepare
 }
 
 func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -295,23 +307,34 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 
-	st, err := openStore(ctx, cl, log, cmd.readOnly)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	a, err := allocator.New(ctx, st, allocator.WithLogger(log))
-	if err != nil {
-		err = fmt.Errorf("reading the store: %w", err)
-	} else {
-		defer a.Close()
-		e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), a: a, st: st}
-		err = cmd.run(e)
-	}
+	e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now()}
+	err = runCmd(e, cmd)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v (see --timeout): %w", timeout, err)
 	}
 	return err
+}
+
+// runCmd runs cmd: its input is read first, so that the store (and a
+// bbolt file's lock) is held only while the command works on it.
+func runCmd(e *env, cmd command) error {
+	if cmd.prepare != nil {
+		if err := cmd.prepare(e); err != nil {
+			return err
+		}
+	}
+	st, err := openStore(e.ctx, e.cl, e.log, cmd.readOnly)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := allocator.New(e.ctx, st, allocator.WithLogger(e.log))
+	if err != nil {
+		return fmt.Errorf("reading the store: %w", err)
+	}
+	defer a.Close()
+	e.a, e.st = a, st
+	return cmd.run(e)
 }
 
 // openStore opens the bbolt file or connects to etcd.
@@ -325,21 +348,31 @@ func openStore(ctx context.Context, cl cmdline, log *slog.Logger, readOnly bool)
 	if _, ok := cl.flags["etcd-prefix"]; ok {
 		return nil, usageErrorf("--etcd-prefix needs --etcd")
 	}
-	path := cl.flags["db"]
-	if path == "" {
+	path, ok := cl.flags["db"]
+	switch {
+	case !ok:
 		path = "ipam.db"
+	case path == "":
+		// An unset variable in --db "$DB" must not mean ./ipam.db.
+		return nil, usageErrorf(`--db "": no file named`)
 	}
 	opts := []bolt.Option{bolt.WithLockTimeout(5 * time.Second)}
 	if s, ok := cl.flags["lock-timeout"]; ok {
 		d, err := time.ParseDuration(s)
-		if err != nil {
-			return nil, usageErrorf("--lock-timeout %q: %v", s, err)
+		if err != nil || d < 0 {
+			return nil, usageErrorf("--lock-timeout %q: must be a duration such as 5s, 0 for no wait", s)
 		}
 		opts[0] = bolt.WithLockTimeout(d)
 	}
-	if _, err := os.Stat(path); readOnly && errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no store at %s (a command that only reads does not create one; check --db)", path)
+	if readOnly {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no store at %s (a command that only reads does not create one; check --db)", path)
+		}
+		// A shared lock, a file one may only read, and nothing written,
+		// not even to make a store of an empty file.
+		opts = append(opts, bolt.WithReadOnly())
 	}
-	log.Debug("opening bolt store", "path", path)
-	return bolt.Open(path, opts...)
+	log.Debug("opening bolt store", "path", path, "readOnly", readOnly)
+	// --timeout and Ctrl-C end the wait for the lock too.
+	return bolt.OpenContext(ctx, path, opts...)
 }

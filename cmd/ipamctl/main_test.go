@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store/bolt"
 )
 
 // bin is the ipamctl binary built once for the tests.
@@ -454,5 +456,96 @@ func TestTheCommandLineRefusesWhatItWouldMisread(t *testing.T) {
 	c.fail(exitUsage, "must be table, wide, json or yaml", "cidr", "get", "-o", "xml")
 	if out := c.ok("help"); !strings.Contains(out, "--timeout") || !strings.Contains(out, "--lock-timeout") || !strings.Contains(out, "--etcd-prefix") {
 		t.Errorf("help does not list every global flag:\n%s", out)
+	}
+}
+
+// A command's own input and the wait for another process's lock are
+// bounded by --timeout (and Ctrl-C), and repair reads its consumers from a
+// pipe before it locks the file, so a slow producer blocks no one else.
+func TestWaitsAreBoundedAndHoldNoLock(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ipam.db")
+	c := &cli{t: t, store: []string{"--db", db}}
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+
+	// repair waits for its consumers on a pipe, holding no lock.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	repairing := exec.Command(bin, "--db", db, "repair", "--consumers", "-", "-o", "json")
+	var repOut, repErr bytes.Buffer
+	repairing.Stdin, repairing.Stdout, repairing.Stderr = pr, &repOut, &repErr
+	if err := repairing.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	time.Sleep(200 * time.Millisecond) // long enough to have locked the file, had it wanted to
+	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes", "--lock-timeout", "0")
+	if _, err := pw.WriteString(`[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"]}]`); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := repairing.Wait(); err != nil {
+		t.Fatalf("repair: %v\n%s", err, repErr.String())
+	}
+	var rep repairReport
+	if err := json.Unmarshal(repOut.Bytes(), &rep); err != nil || rep.Consumers != 1 || len(rep.Events) != 0 {
+		t.Fatalf("repair after its input came: %+v, %v\n%s", rep, err, repOut.String())
+	}
+
+	// --timeout ends a wait for input that does not come...
+	pr, pw, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	start := time.Now()
+	waiting := exec.Command(bin, "--db", db, "repair", "--consumers", "-", "--timeout", "300ms")
+	waiting.Stdin = pr
+	out, err := waiting.CombinedOutput()
+	pr.Close()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), "timed out") {
+		t.Fatalf("repair with no input and --timeout 300ms: %v\n%s", err, out)
+	}
+	// ...and a wait for the lock, however long --lock-timeout allows.
+	held, err := bolt.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	c.fail(exitError, "timed out", "usage", "--lock-timeout", "1m", "--timeout", "300ms")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("two waits bounded at 300ms took %v", took)
+	}
+	c.fail(exitUsage, "--lock-timeout", "usage", "--lock-timeout", "-1s")
+}
+
+// What would otherwise go to the wrong file, or change a file a command
+// only reads, is refused.
+func TestReadsChangeNothingAndAnEmptyDBFlagIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--db", "", "cidr", "create", "x", "10.0.0.0/24")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), `--db ""`) {
+		t.Fatalf(`--db "": %v\n%s`, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ipam.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf(`--db "" created ./ipam.db: %v`, err)
+	}
+
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{t: t, store: []string{"--db", empty}}
+	for _, read := range [][]string{{"usage"}, {"cidr", "get"}, {"ip", "get"}} {
+		c.fail(exitError, "not a netipam store", read...)
+	}
+	if fi, err := os.Stat(empty); err != nil || fi.Size() != 0 {
+		t.Fatalf("a read wrote to an empty file (%v)", err)
 	}
 }
