@@ -343,7 +343,12 @@ func openStore(ctx context.Context, cl cmdline, log *slog.Logger, readOnly bool)
 		if _, both := cl.flags["db"]; both {
 			return nil, usageErrorf("--db and --etcd exclude each other")
 		}
-		return openEtcd(ctx, eps, cl.flags["etcd-prefix"], log)
+		prefix, ok := cl.flags["etcd-prefix"]
+		if ok && prefix == "" {
+			// An unset variable must not mean the default prefix.
+			return nil, usageErrorf(`--etcd-prefix "": no prefix named`)
+		}
+		return openEtcd(ctx, eps, prefix, log)
 	}
 	if _, ok := cl.flags["etcd-prefix"]; ok {
 		return nil, usageErrorf("--etcd-prefix needs --etcd")

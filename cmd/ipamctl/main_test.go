@@ -536,6 +536,8 @@ func TestReadsChangeNothingAndAnEmptyDBFlagIsRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "ipam.db")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf(`--db "" created ./ipam.db: %v`, err)
 	}
+	etcdEmpty := &cli{t: t, store: []string{"--etcd", "127.0.0.1:9", "--etcd-prefix", ""}}
+	etcdEmpty.fail(exitUsage, `--etcd-prefix ""`, "usage")
 
 	empty := filepath.Join(dir, "empty.db")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
