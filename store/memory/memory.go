@@ -10,6 +10,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"sync"
@@ -25,7 +26,9 @@ import (
 type Option func(*Store)
 
 // WithClock sets the clock that stamps Created (for tests). By default the
-// store reads time.Now at most about once a second (see seconds).
+// store reads time.Now at most about once a second (see seconds). A
+// record's Created is whole seconds from 1970 to 2106: a clock outside
+// that stamps the nearest end.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // Store is an in-memory store.Store. The zero value is not usable; call New.
@@ -57,7 +60,9 @@ func (s *Store) Mutex() *sync.Mutex { return &s.mu }
 // unix returns the time to stamp on a record, in Unix seconds.
 func (s *Store) unix() int64 {
 	if s.now != nil {
-		return s.now().Unix()
+		// What a record keeps (a uint32 of seconds): Created as returned
+		// and as read back must agree.
+		return min(max(s.now().Unix(), 0), math.MaxUint32)
 	}
 	return s.clock.now()
 }
@@ -305,8 +310,11 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return 0, time.Time{}, err
 	}
-	k := s.addrs.ownerKeyOf(owner)
-	s.addrs.warm(k)
+	// A refused write interns nothing: look the owner's scope up only.
+	k, known := s.addrs.knownOwnerKey(owner)
+	if known {
+		s.addrs.warm(k)
+	}
 	if s.addrs.has(addr) {
 		return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
 	}
@@ -317,6 +325,9 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	s.rev++
 	now := s.unix()
 	s.touch(fences[:])
+	if !known {
+		k = s.addrs.ownerKeyOf(owner)
+	}
 	s.addrs.putKeyed(addr, k, owner.Name, now, s.rev)
 	created := time.Unix(now, 0)
 	if s.othersWatch(self) {

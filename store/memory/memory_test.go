@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -199,5 +201,28 @@ func TestAWatcherThatPanicsLeavesTheStoreUsable(t *testing.T) {
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Created is what the record keeps, whole seconds from 1970 to 2106: a
+// clock outside stamps the nearest end, and a write returns what a read
+// gives back.
+func TestCreatedIsWhatIsKeptWhateverTheClock(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ clock, want time.Time }{
+		{time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(math.MaxUint32, 0)},
+		{time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(0, 0)},
+		{time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC), time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)},
+	} {
+		st := memory.New(memory.WithClock(func() time.Time { return tc.clock }))
+		a := netip.MustParseAddr("10.0.0.1")
+		recs, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: ipaddress.ParentRef{Resource: "services", Namespace: "d", Name: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.GetAddress(ctx, a)
+		if err != nil || !recs[0].Created.Equal(tc.want) || !got.Created.Equal(tc.want) {
+			t.Errorf("clock %v: created %v, read back %v (%v); want %v", tc.clock, recs[0].Created, got.Created, err, tc.want)
+		}
 	}
 }

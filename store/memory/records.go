@@ -23,7 +23,8 @@ import (
 //	uvarint(scope<<1 | is6) | address (4 or 16 bytes) | uvarint(revision) |
 //	uvarint(created - base) | uvarint(len(name)) | name
 //
-// The scope is the interned group, resource and namespace of the owner;
+// The scope is the interned group, resource and namespace of the owner
+// (freed with its last record, and its index reused);
 // created is Unix seconds as a uint32, stored as its distance from the first
 // one seen (base), modulo 2^32, so it is a few bytes, not five.
 //
@@ -86,9 +87,15 @@ type records struct {
 	base    uint32 // created values are stored as created - base
 	hasBase bool
 
-	scopes   []scope
-	scopeIDs map[scope]uint32
-	last     uint32 // the scope looked up last: most writes repeat it
+	// scopes are interned: an entry names its owner's scope by index.
+	// A scope whose last record goes is freed and its index reused, so
+	// that namespaces come and go (CI, tenants) without piling up.
+	scopes     []scope
+	scopeIDs   map[scope]uint32
+	scopeLive  []uint32 // records per scope
+	freeScopes []uint32 // freed indexes
+	last       uint32   // the scope looked up last: most writes repeat it
+	lastOK     bool     // last names a live scope
 
 	warmed uint8 // the sum of what warm loaded, so that its loads are kept
 }
@@ -125,19 +132,52 @@ func (r *records) table(a netip.Addr) *offTable {
 
 func (r *records) has(a netip.Addr) bool { return r.find(r.table(a), a) >= 0 }
 
+// scopeID interns p's scope, for a record about to be put.
 func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
-	s := scope{p.Group, p.Resource, p.Namespace}
-	if len(r.scopes) > 0 && r.scopes[r.last] == s {
-		return r.last
+	if id, ok := r.knownScope(p); ok {
+		return id
 	}
-	id, ok := r.scopeIDs[s]
-	if !ok {
+	s := scope{p.Group, p.Resource, p.Namespace}
+	var id uint32
+	if n := len(r.freeScopes); n > 0 {
+		id = r.freeScopes[n-1]
+		r.freeScopes = r.freeScopes[:n-1]
+		r.scopes[id] = s
+	} else {
 		id = uint32(len(r.scopes))
 		r.scopes = append(r.scopes, s)
-		r.scopeIDs[s] = id
+		r.scopeLive = append(r.scopeLive, 0)
 	}
-	r.last = id
+	r.scopeIDs[s] = id
+	r.last, r.lastOK = id, true
 	return id
+}
+
+// knownScope returns the index of p's scope if it is interned.
+func (r *records) knownScope(p ipaddress.ParentRef) (uint32, bool) {
+	s := scope{p.Group, p.Resource, p.Namespace}
+	if r.lastOK && r.scopes[r.last] == s {
+		return r.last, true
+	}
+	id, ok := r.scopeIDs[s]
+	if ok {
+		r.last, r.lastOK = id, true
+	}
+	return id, ok
+}
+
+// dropScopeRecord counts one record fewer in scope id, freeing the scope
+// with its last record.
+func (r *records) dropScopeRecord(id uint32) {
+	if r.scopeLive[id]--; r.scopeLive[id] > 0 {
+		return
+	}
+	delete(r.scopeIDs, r.scopes[id])
+	r.scopes[id] = scope{}
+	r.freeScopes = append(r.freeScopes, id)
+	if r.last == id {
+		r.lastOK = false
+	}
 }
 
 // ownerKey is an owner's interned scope and its hash in the owner table.
@@ -146,9 +186,21 @@ type ownerKey struct {
 	h   uint64
 }
 
+// ownerKeyOf returns p's key, interning its scope: for a record about to
+// be put.
 func (r *records) ownerKeyOf(p ipaddress.ParentRef) ownerKey {
 	sid := r.scopeID(p)
 	return ownerKey{sid, r.ownerHash(sid, p.Name)}
+}
+
+// knownOwnerKey returns p's key if its scope is interned already, and
+// interns nothing: for a write that may yet be refused.
+func (r *records) knownOwnerKey(p ipaddress.ParentRef) (ownerKey, bool) {
+	sid, ok := r.knownScope(p)
+	if !ok {
+		return ownerKey{}, false
+	}
+	return ownerKey{sid, r.ownerHash(sid, p.Name)}, true
 }
 
 // warm loads the owner table's home slot of k. A write calls it before
@@ -169,6 +221,7 @@ func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
 // putKeyed is put for a caller that has the owner's key.
 func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev int64) {
 	sid := k.sid
+	r.scopeLive[sid]++
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
 	}
@@ -336,6 +389,7 @@ func (r *records) removeSlot(t *offTable, i int) {
 	r.removeAt(t, i)
 	r.dropOwner(r.ownerHash(sid, name), off)
 	r.arena.release(off, size)
+	r.dropScopeRecord(sid)
 	if r.arena.waste >= r.compactAt && r.arena.waste > r.arena.live {
 		r.compact()
 	}
@@ -909,6 +963,9 @@ func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 // releases at a steady size writes in place and never compacts. (Entries
 // of one store mostly share a few sizes: the same scope, address family
 // and name length.) Bytes on free lists still count as waste until reused.
+// Entries over maxReusedSize, which no valid owner name makes, are left
+// to compaction: the lists are indexed by size, and one list per byte up
+// to a huge size would cost far more than the entry.
 type arena struct {
 	chunks [][]byte
 	free   [][]uint32 // offsets of deleted entries, by entry size
@@ -918,8 +975,9 @@ type arena struct {
 }
 
 const (
-	chunkBits     = 22 // 4 MiB chunks, after smaller first ones
-	firstChunkLog = 12 // the first chunk is 4 KiB; each next one doubles
+	maxReusedSize = 512 // a 253-byte name in an IPv6 entry takes under 300
+	chunkBits     = 22  // 4 MiB chunks, after smaller first ones
+	firstChunkLog = 12  // the first chunk is 4 KiB; each next one doubles
 	maxChunks     = 1 << (32 - chunkBits)
 )
 
@@ -988,10 +1046,13 @@ func (a *arena) touch(offs []uint32) {
 
 // release puts the entry of size bytes at off on its free list.
 func (a *arena) release(off uint32, size int) {
+	a.live -= size
+	a.waste += size
+	if size > maxReusedSize {
+		return
+	}
 	if size >= len(a.free) {
 		a.free = append(a.free, make([][]uint32, size+1-len(a.free))...)
 	}
 	a.free[size] = append(a.free[size], off)
-	a.live -= size
-	a.waste += size
 }

@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 )
 
 // recordsPool is the addresses the model test draws from: IPv4 and IPv6,
@@ -42,6 +43,10 @@ var recordsOwners = func() []ipaddress.ParentRef {
 	}
 	for i := range 8 {
 		out = append(out, ipaddress.ParentRef{Resource: "pods", Namespace: "team", Name: fmt.Sprintf("pod-%d", i)})
+	}
+	// Scopes of one owner each: freed and reused as the model runs.
+	for i := range 4 {
+		out = append(out, ipaddress.ParentRef{Resource: "services", Namespace: fmt.Sprintf("ns-%d", i), Name: "a"})
 	}
 	return out
 }()
@@ -482,4 +487,78 @@ func TestEntryDecodersAgree(t *testing.T) {
 			t.Fatalf("keyOf = %x, want %x", got, key)
 		}
 	})
+}
+
+// A scope is freed with its last record and its index reused: owners in
+// namespaces that come and go (CI, tenants) do not pile up scopes, and a
+// reused index never lets one owner's query find another's records.
+func TestScopesAreFreedWithTheirLastRecord(t *testing.T) {
+	r := newRecords()
+	owner := func(ns string) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Resource: "services", Namespace: ns, Name: "svc"}
+	}
+	keep := owner("kept")
+	r.put(benchAddr(false, 0), keep, 1700000000, 1)
+	for round := range 5 {
+		for i := range 1000 {
+			r.put(benchAddr(false, 1+i), owner(fmt.Sprintf("ns-%d-%d", round, i)), 1700000000, int64(2+i))
+		}
+		for i := range 1000 {
+			if !r.remove(benchAddr(false, 1+i)) {
+				t.Fatalf("round %d: record %d missing", round, i)
+			}
+		}
+	}
+	if n := len(r.scopes); n > 1001 {
+		t.Fatalf("%d scopes for at most 1001 ever live at once", n)
+	}
+	if n := len(r.scopeIDs); n != 1 {
+		t.Fatalf("%d scopes interned, want 1 (the kept owner's)", n)
+	}
+	// A freed index, reused by a new scope, finds only its own records.
+	gone := owner("ns-4-999")
+	fresh := owner("fresh")
+	r.put(benchAddr(false, 5000), fresh, 1700000000, 9000)
+	if got := r.of(gone); len(got) != 0 {
+		t.Fatalf("records of a freed scope's owner: %v", got)
+	}
+	if got := r.of(fresh); len(got) != 1 || got[0].Parent != fresh {
+		t.Fatalf("records of the owner in a reused scope: %v", got)
+	}
+	if got := r.of(keep); len(got) != 1 || got[0].Parent != keep {
+		t.Fatalf("records of the kept owner: %v", got)
+	}
+	// The scope looked up last may be the freed one: an owner of the
+	// zero scope is interned, not mistaken for it.
+	r.remove(benchAddr(false, 5000))
+	bare := ipaddress.ParentRef{Name: "bare"}
+	r.put(benchAddr(false, 6000), bare, 1700000000, 9001)
+	if got := r.of(bare); len(got) != 1 || got[0].Parent != bare {
+		t.Fatalf("records of an owner of the zero scope: %v", got)
+	}
+}
+
+// A refused locked create interns nothing.
+func TestARefusedCreateInternsNoScope(t *testing.T) {
+	s := New()
+	held := netip.MustParseAddr("10.0.0.1")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, _, err := s.CreateAddressLocked(held, ipaddress.ParentRef{Resource: "services", Namespace: "a", Name: "x"}, store.Fence{}, nil); err == nil {
+		t.Fatal("a create fenced on a missing CIDR succeeded")
+	}
+	if n := len(s.addrs.scopeIDs); n != 0 {
+		t.Fatalf("%d scopes interned by a refused create", n)
+	}
+}
+
+// An entry too large for any valid owner name is freed to compaction, not
+// to a free list: the lists are indexed by size.
+func TestAHugeEntryCostsNoFreeListPerByte(t *testing.T) {
+	r := newRecords()
+	r.put(benchAddr(false, 0), ipaddress.ParentRef{Resource: "services", Namespace: "a", Name: strings.Repeat("x", 1<<20)}, 1700000000, 1)
+	r.remove(benchAddr(false, 0))
+	if n := len(r.arena.free); n > maxReusedSize+1 {
+		t.Fatalf("%d free lists after one entry of 1 MiB", n)
+	}
 }
