@@ -152,6 +152,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -223,6 +225,13 @@ type Store struct {
 
 	closed atomic.Bool
 	stop   context.Context // canceled by Close; ends every watch
+	// callMu guards calls, the number of calls in flight, and idle,
+	// closed when calls drops to zero after Close asked (callsDone).
+	callMu    sync.Mutex
+	calls     int
+	idle      chan struct{}
+	closeWait time.Duration // the constant closeWait, but in tests
+
 	// startMu orders starting a watch goroutine with Close: a goroutine is
 	// added to watches only while the store is open.
 	startMu sync.Mutex
@@ -242,7 +251,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("etcd store: nil client")
 	}
-	s := &Store{cli: client, prefix: DefaultPrefix, now: time.Now, pageSize: defaultPageSize}
+	s := &Store{cli: client, prefix: DefaultPrefix, now: time.Now, pageSize: defaultPageSize, closeWait: closeWait}
 	for _, o := range opts {
 		o(s)
 	}
@@ -271,12 +280,49 @@ func (s *Store) goWatch(fn func(ctx context.Context)) error {
 	return nil
 }
 
-func (s *Store) check(ctx context.Context) error {
+// begin starts a call: ErrClosed after Close, else the context's error,
+// else nil, and the caller then calls end when done. Close waits for the
+// calls begun (up to closeWait) before it closes a client it owns.
+func (s *Store) begin(ctx context.Context) error {
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.calls++
+	return nil
 }
+
+// end ends a call begin started.
+func (s *Store) end() {
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	if s.calls--; s.calls == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// callsDone returns a channel closed once no call is in flight; Close calls
+// it after marking the store closed, so that no call begins after.
+func (s *Store) callsDone() <-chan struct{} {
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	done := make(chan struct{})
+	if s.calls == 0 {
+		close(done)
+	} else {
+		s.idle = done
+	}
+	return done
+}
+
+// closeWait bounds how long Close waits for calls in flight: a create's
+// own wait for etcd's answer (inFlightGrace), and a little more.
+const closeWait = inFlightGrace + time.Second
 
 func (s *Store) cidrKey(name string) string { return s.cidrPfx + name }
 func (s *Store) addrKey(a netip.Addr) string {
@@ -289,7 +335,14 @@ func (s *Store) ownerKey(o ipaddress.ParentRef, a netip.Addr) string {
 	return s.ownerPfx + escape(o.Group) + "/" + escape(o.Resource) + "/" + escape(o.Namespace) + "/" + escape(o.Name) + "/" + addrSuffix(a)
 }
 
-func wrap(op string, err error) error { return fmt.Errorf("etcd store: %s: %w", op, err) }
+// wrap names the operation in err; an error of a call that Close cut
+// short (the client closing under it) also matches store.ErrClosed.
+func (s *Store) wrap(op string, err error) error {
+	if s.closed.Load() && (status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled)) {
+		return fmt.Errorf("etcd store: %s: %w (%w)", op, store.ErrClosed, err)
+	}
+	return fmt.Errorf("etcd store: %s: %w", op, err)
+}
 
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
@@ -298,9 +351,10 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	if err := store.CheckCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
+	defer s.end()
 	c = c.Clone()
 	c.Created = time.Unix(0, s.now().UnixNano())
 	key := s.cidrKey(c.Name)
@@ -309,7 +363,7 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 		Then(clientv3.OpPut(key, string(encodeCIDR(c)))).
 		Commit()
 	if err != nil {
-		return cidrset.CIDR{}, wrap("create CIDR", err)
+		return cidrset.CIDR{}, s.wrap("create CIDR", err)
 	}
 	if !resp.Succeeded {
 		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
@@ -323,7 +377,7 @@ func (s *Store) getCIDR(ctx context.Context, name string) (c cidrset.CIDR, found
 	key := s.cidrKey(name)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
-		return cidrset.CIDR{}, false, wrap("get CIDR", err)
+		return cidrset.CIDR{}, false, s.wrap("get CIDR", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return cidrset.CIDR{}, false, nil
@@ -338,9 +392,10 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	if err := store.CheckCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
+	defer s.end()
 	old, found, err := s.getCIDR(ctx, c.Name)
 	switch {
 	case err != nil:
@@ -359,7 +414,7 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
-		return cidrset.CIDR{}, wrap("update CIDR", err)
+		return cidrset.CIDR{}, s.wrap("update CIDR", err)
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -424,9 +479,10 @@ func rangeResponses(resp *clientv3.TxnResponse, from int) []*clientv3.GetRespons
 
 // DeleteCIDR implements store.Store.
 func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences ...store.Fence) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return err
 	}
+	defer s.end()
 	key := s.cidrKey(name)
 	cmps, gets := s.fenceCmps(fences)
 	gets = append([]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}, gets...)
@@ -443,7 +499,7 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 	}
 	resp, err := txn.Commit()
 	if err != nil {
-		return wrap("delete CIDR", err)
+		return s.wrap("delete CIDR", err)
 	}
 	if resp.Succeeded && !refused {
 		return nil
@@ -462,9 +518,10 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 
 // GetCIDR implements store.Store.
 func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
+	defer s.end()
 	c, found, err := s.getCIDR(ctx, name)
 	if err != nil {
 		return cidrset.CIDR{}, err
@@ -484,9 +541,10 @@ func validOwner(o ipaddress.ParentRef) bool {
 // more, so that a create etcd applied is reported as done (see Atomicity in
 // the package documentation).
 func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
+	defer s.end()
 	if len(recs) > MaxBatch {
 		return nil, fmt.Errorf("etcd store: %d addresses in one batch, at most %d", len(recs), MaxBatch)
 	}
@@ -537,15 +595,18 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		}
 		touched = append(touched, f.CIDR)
 		// Rewriting the CIDR's value gives it the transaction's revision.
-		// The fence's compare makes sure it is the value read here.
-		c, found, err := s.getCIDR(ctx, f.CIDR)
+		// The value goes back as read, undecoded: the fence's compare makes
+		// sure it is still that one, and a CIDR changed since has failed
+		// the fence, whatever its new value.
+		key := s.cidrKey(f.CIDR)
+		resp, err := s.cli.Get(ctx, key)
 		if err != nil {
-			return nil, err
+			return nil, s.wrap("create addresses", err)
 		}
-		if !found || c.Revision != f.Revision {
+		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != f.Revision {
 			return nil, &store.FencedError{Fence: f}
 		}
-		puts = append(puts, clientv3.OpPut(s.cidrKey(f.CIDR), string(encodeCIDR(c))))
+		puts = append(puts, clientv3.OpPut(key, string(resp.Kvs[0].Value)))
 	}
 	for _, f := range fences {
 		cmps = append(cmps, s.fenceCmp(f))
@@ -570,7 +631,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 					// The caller's ctx ended first: say so, typed.
 					err = fmt.Errorf("%w; outcome unknown: %w", cerr, err)
 				}
-				return nil, wrap("create addresses", err)
+				return nil, s.wrap("create addresses", err)
 			}
 			s.readBacks.Add(1)
 			return done(rev), nil
@@ -590,7 +651,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		}
 		why, err := s.cli.Txn(ctx).Then(gets...).Commit()
 		if err != nil {
-			return nil, wrap("create addresses", err)
+			return nil, s.wrap("create addresses", err)
 		}
 		rs := rangeResponses(why, 0)
 		for i, r := range recs {
@@ -687,9 +748,10 @@ func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64)
 // deleteAddress deletes the record of addr; with at, only the record created
 // at rev.
 func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev int64) (ipaddress.IPAddress, int64, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return ipaddress.IPAddress{}, 0, err
 	}
+	defer s.end()
 	if err := noRecord(addr); err != nil {
 		return ipaddress.IPAddress{}, 0, err
 	}
@@ -697,7 +759,7 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev
 	for {
 		resp, err := s.cli.Get(ctx, key)
 		if err != nil {
-			return ipaddress.IPAddress{}, 0, wrap("delete address", err)
+			return ipaddress.IPAddress{}, 0, s.wrap("delete address", err)
 		}
 		if len(resp.Kvs) == 0 {
 			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
@@ -719,7 +781,7 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev
 			Then(dels...).
 			Commit()
 		if err != nil {
-			return ipaddress.IPAddress{}, 0, wrap("delete address", err)
+			return ipaddress.IPAddress{}, 0, s.wrap("delete address", err)
 		}
 		if tx.Succeeded {
 			return rec, tx.Header.Revision, nil
@@ -741,16 +803,17 @@ func noRecord(addr netip.Addr) error {
 
 // GetAddress implements store.Store.
 func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
+	defer s.end()
 	if err := noRecord(addr); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
 	key := s.addrKey(addr)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
-		return ipaddress.IPAddress{}, wrap("get address", err)
+		return ipaddress.IPAddress{}, s.wrap("get address", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
@@ -763,9 +826,10 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 // linearizable read and answers once the index has caught up with it, so it
 // sees every write that completed before the call, on any client.
 func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
+	defer s.end()
 	x, err := s.ownerIndex()
 	if err != nil {
 		return nil, err
@@ -773,7 +837,7 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 	// A key that is never written: the read costs etcd next to nothing.
 	resp, err := s.cli.Get(ctx, s.ipPfx, clientv3.WithCountOnly())
 	if err != nil {
-		return nil, wrap("addresses of", err)
+		return nil, s.wrap("addresses of", err)
 	}
 	if err := x.waitFor(ctx, resp.Header.Revision); err != nil {
 		return nil, err
@@ -784,9 +848,10 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 // ListAddresses implements store.Store: every record, at one revision, in
 // address order (IPv4 first).
 func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
+	defer s.end()
 	return retryCompacted(func() ([]ipaddress.IPAddress, error) {
 		var out []ipaddress.IPAddress
 		_, err := s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
@@ -839,7 +904,7 @@ func (s *Store) list(ctx context.Context, start, end string, rev int64, keysOnly
 		}
 		resp, err := s.cli.Get(ctx, start, opts...)
 		if err != nil {
-			return 0, wrap("list", err)
+			return 0, s.wrap("list", err)
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -857,9 +922,15 @@ func (s *Store) list(ctx context.Context, start, end string, rev int64, keysOnly
 }
 
 // Close implements store.Store. It ends every watch and waits for their
-// goroutines; it closes the client only with WithCloseClient.
+// goroutines; it closes the client only with WithCloseClient, and then
+// first waits for calls in flight (up to closeWait, 6 s), so that a create
+// etcd applied is reported as done. A call Close cuts short fails with an
+// error matching store.ErrClosed.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	s.callMu.Lock()
+	already := s.closed.Swap(true)
+	s.callMu.Unlock()
+	if already {
 		return nil
 	}
 	s.cancel()
@@ -869,6 +940,12 @@ func (s *Store) Close() error {
 	s.startMu.Unlock()
 	s.watches.Wait()
 	if s.closeClient {
+		// Not under a call in flight: a create etcd applied, whose answer
+		// is on its way, would be reported failed.
+		select {
+		case <-s.callsDone():
+		case <-time.After(s.closeWait):
+		}
 		return s.cli.Close()
 	}
 	return nil

@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -132,6 +131,8 @@ type tcpProxy struct {
 	mu     sync.Mutex
 	paused bool
 	conns  map[net.Conn]struct{}
+	held   bool       // the target's bytes wait (HoldReplies)
+	unheld *sync.Cond // signalled when held is cleared
 }
 
 func startProxy(t *testing.T, target string) *tcpProxy {
@@ -141,8 +142,10 @@ func startProxy(t *testing.T, target string) *tcpProxy {
 		t.Fatal(err)
 	}
 	p := &tcpProxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p.unheld = sync.NewCond(&p.mu)
 	t.Cleanup(func() {
 		_ = l.Close()
+		p.ReleaseReplies()
 		p.Pause()
 	})
 	go p.serve()
@@ -172,13 +175,32 @@ func (p *tcpProxy) serve() {
 		p.mu.Lock()
 		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		go p.pipe(c, u)
-		go p.pipe(u, c)
+		go p.pipe(c, u, true)
+		go p.pipe(u, c, false)
 	}
 }
 
-func (p *tcpProxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+// pipe copies src to dst; replies (from the target) wait while held.
+func (p *tcpProxy) pipe(dst, src net.Conn, replies bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if replies {
+				p.mu.Lock()
+				for p.held {
+					p.unheld.Wait()
+				}
+				p.mu.Unlock()
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -195,6 +217,22 @@ func (p *tcpProxy) Pause() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
+}
+
+// HoldReplies keeps what the target sends from the client, requests still
+// going through: a call etcd has applied whose answer is on its way.
+func (p *tcpProxy) HoldReplies() {
+	p.mu.Lock()
+	p.held = true
+	p.mu.Unlock()
+}
+
+// ReleaseReplies lets the held replies through.
+func (p *tcpProxy) ReleaseReplies() {
+	p.mu.Lock()
+	p.held = false
+	p.unheld.Broadcast()
+	p.mu.Unlock()
 }
 
 // Resume accepts connections again.

@@ -27,9 +27,10 @@ const (
 // in revision order, and re-lists and Resets after a compacted, canceled or
 // broken watch, until ctx ends or the store is closed.
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.begin(ctx); err != nil {
 		return err
 	}
+	defer s.end()
 	snap, err := s.snapshot(ctx, nil)
 	if err != nil {
 		return err
