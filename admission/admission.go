@@ -43,6 +43,8 @@ type Error struct {
 	Ranges []netip.Prefix // the rule's ranges (NotOverlapping: those overlapped)
 }
 
+// Error names the rule, the CIDR and prefix it refused, and its ranges
+// (for NotOverlapping, those the prefix overlaps).
 func (e *Error) Error() string {
 	rs := make([]string, len(e.Ranges))
 	for i, r := range e.Ranges {

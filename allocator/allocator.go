@@ -11,7 +11,7 @@
 // the store's watch. Dynamic allocation never scans: a prefix of up to 2^24
 // addresses keeps a bitmap with summary levels, where finding a free
 // address takes a few word reads at any fill; larger ones (IPv6) use a
-// B+tree of used runs, O(log n) in the number of runs (see used.go).
+// B+tree of used runs, O(log n) in the number of runs.
 //
 // Over a store.Locked store (store/memory) an allocation is one critical
 // section under the store's own lock; over others (bbolt, etcd) the chosen

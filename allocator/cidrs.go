@@ -36,6 +36,7 @@ func (a *Allocator) GetCIDR(name string) (cidrset.CIDR, error) {
 // NotFoundError names what was not found. It matches ErrNotFound.
 type NotFoundError struct{ Kind, Name string }
 
+// Error reads "KIND NAME not found".
 func (e *NotFoundError) Error() string { return e.Kind + " " + e.Name + " not found" }
 
 // Is matches ErrNotFound.

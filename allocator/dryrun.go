@@ -88,6 +88,7 @@ func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision
 // ExistsError names what exists already. It matches ErrExists.
 type ExistsError struct{ Kind, Name string }
 
+// Error reads "KIND NAME already exists".
 func (e *ExistsError) Error() string { return e.Kind + " " + e.Name + " already exists" }
 
 // Is matches ErrExists.

@@ -51,6 +51,9 @@ type RangeError struct {
 	Terminating []string
 }
 
+// Error gives the reference's text, "the provided IP (ADDR) is not in the
+// valid range. The range of valid IPs is PREFIXES", and names the
+// Terminating CIDRs that hold the address, if any.
 func (e *RangeError) Error() string {
 	valid := make([]string, len(e.Valid))
 	for i, p := range e.Valid {
@@ -87,6 +90,8 @@ type DeletionBlockedError struct {
 // ErrDeletionBlocked is matched by *DeletionBlockedError.
 var ErrDeletionBlocked = errors.New("deletion blocked")
 
+// Error gives the reference's text for a CIDR held by addresses, then the
+// blocking addresses (", and more" when cut).
 func (e *DeletionBlockedError) Error() string {
 	addrs := make([]string, len(e.Blocking))
 	for i, a := range e.Blocking {

@@ -113,7 +113,10 @@ func TestCloseEndsWaitsAndRefusesLaterCalls(t *testing.T) {
 			_, err := a.UpdateCIDR(ctx, "x", pfx("10.0.0.0/24"), pfx("fd00::/64"))
 			return err
 		},
-		"DeleteCIDR":    func() error { return a.DeleteCIDR(ctx, "x") },
+		"DeleteCIDR": func() error { return a.DeleteCIDR(ctx, "x") },
+		"Restore":    func() error { _, err := a.Restore(ctx, ip("10.0.0.7"), owner); return err },
+		// A revision the index had reached too: it no longer follows.
+		"WaitRevision":  func() error { return a.WaitRevision(ctx, 1) },
 		"EnsureDefault": func() error { _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/24")); return err },
 		"DryRun().AllocateNext": func() error {
 			_, err := a.DryRun().AllocateNext(ctx, ipaddress.IPv4, owner)

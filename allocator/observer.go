@@ -28,7 +28,9 @@ type AllocationEvent struct {
 }
 
 // Observer receives allocation outcomes, for metrics. Allocated is called
-// after every allocation attempt, from the calling goroutine, outside the
+// after every allocation attempt whose addresses are valid (an invalid
+// address is refused before it is one; dry runs and Restore are not
+// reported either), from the calling goroutine, outside the
 // allocator's locks; it must be safe for concurrent use. Per-CIDR usage is
 // read with Usage, which costs O(CIDRs), not O(addresses).
 type Observer interface {

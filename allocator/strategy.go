@@ -54,10 +54,12 @@ type Candidate struct {
 }
 
 // Policy orders the candidates of a dynamic allocation when more than one
-// live CIDR serves the family; the allocator tries them in that order,
-// skipping full ones. Order is called with the allocator's lock held, on
-// every such allocation, with every live CIDR of the family (oldest
-// first): a policy of its own costs the allocator that much each time,
+// distinct live prefix serves the family; the allocator tries them in that
+// order, skipping full ones. A candidate is a prefix: live CIDRs with the
+// same prefix share one, named, served and fenced by the oldest of them.
+// Order is called with the allocator's lock held, on every such
+// allocation, with every candidate of the family (oldest first): a policy
+// of its own costs the allocator that much each time,
 // which matters from a few hundred CIDRs on. The built-in policies are not
 // called: the allocator keeps OldestFirst's order, and finds MostFree's
 // and RandomOrder's first choice without ordering the rest.
@@ -111,8 +113,8 @@ func (mostFree) Order(c []Candidate) {
 }
 
 // RandomOrder tries the CIDRs in random order, as the Kubernetes allocator
-// does through Go's map order: every CIDR is equally likely to be tried
-// first. The allocator then goes on from there in the usual order rather
+// does through Go's map order: every distinct prefix is equally likely to
+// be tried first (CIDRs with the same prefix count as one; see Policy). The allocator then goes on from there in the usual order rather
 // than drawing a whole permutation per allocation.
 func RandomOrder() Policy { return randomOrder{} }
 

@@ -399,9 +399,12 @@ const (
 )
 
 // WaitRevision blocks until the allocator's index reflects the store at
-// revision rev or later. It fails with ErrClosed once Close was called:
-// the index then no longer follows the store.
+// revision rev or later. It fails with ErrClosed once Close was called,
+// whatever rev: the index then no longer follows the store.
 func (a *Allocator) WaitRevision(ctx context.Context, rev int64) error {
+	if err := a.checkOpen(); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	for a.rev < rev {
 		if a.revWait == nil {

@@ -121,6 +121,7 @@ type Event struct {
 	DryRun bool
 }
 
+// String prints the event as "KIND ADDR: MESSAGE", as a log line would.
 func (e Event) String() string {
 	return fmt.Sprintf("%s %s: %s", e.Kind, e.Addr, e.Message)
 }

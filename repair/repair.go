@@ -82,7 +82,8 @@ type Observer interface {
 // Repairer runs repair passes over the records of an allocator's store.
 type Repairer struct {
 	// Allocator gives the CIDRs, the store whose records are checked, and
-	// makes the repairs (Allocate and Release).
+	// makes the repairs: Restore (not observed: no allocation metric
+	// counts a repair), and ReleaseAt on the revision the pass listed.
 	Allocator *allocator.Allocator
 	// Consumers is the truth the records are reconciled with.
 	Consumers Consumers

@@ -44,6 +44,7 @@ type AddressExistsError struct {
 	Addr netip.Addr
 }
 
+// Error names the address and ErrExists.
 func (e *AddressExistsError) Error() string {
 	return fmt.Sprintf("address %s: %v", e.Addr, ErrExists)
 }
@@ -56,6 +57,7 @@ type FencedError struct {
 	Fence Fence
 }
 
+// Error names the CIDR, the revision the fence expected and ErrFenced.
 func (e *FencedError) Error() string {
 	return fmt.Sprintf("CIDR %q changed since revision %d: %v", e.Fence.CIDR, e.Fence.Revision, ErrFenced)
 }

@@ -33,6 +33,7 @@ type LockedError struct {
 	Timeout time.Duration
 }
 
+// Error names the file, how long Open waited, and ErrLocked.
 func (e *LockedError) Error() string {
 	return fmt.Sprintf("bolt: %s: another process holds the file lock (gave up after %v): %v", e.Path, e.Timeout, ErrLocked)
 }
@@ -49,6 +50,8 @@ type CorruptError struct {
 	Err    error
 }
 
+// Error names the bucket and the key (decoded where it decodes), or only
+// the file's damage when Bucket is empty.
 func (e *CorruptError) Error() string {
 	if e.Bucket == "" {
 		return fmt.Sprintf("bolt: %v", e.Err)

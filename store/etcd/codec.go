@@ -37,6 +37,7 @@ type CorruptError struct {
 	Err error
 }
 
+// Error names the key and what could not be decoded.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("etcd key %q: %v: %v", e.Key, store.ErrCorrupt, e.Err)
 }

@@ -537,9 +537,9 @@ func validOwner(o ipaddress.ParentRef) bool {
 }
 
 // CreateAddresses implements store.Store. Once its transaction is sent, it
-// waits for the answer even if ctx ends meanwhile, for at most inFlightGrace
-// more, so that a create etcd applied is reported as done (see Atomicity in
-// the package documentation).
+// waits for the answer even if ctx ends meanwhile, for at most 5 s more,
+// so that a create etcd applied is reported as done (see Atomicity in the
+// package documentation).
 func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
@@ -923,7 +923,7 @@ func (s *Store) list(ctx context.Context, start, end string, rev int64, keysOnly
 
 // Close implements store.Store. It ends every watch and waits for their
 // goroutines; it closes the client only with WithCloseClient, and then
-// first waits for calls in flight (up to closeWait, 6 s), so that a create
+// first waits for calls in flight (up to 6 s), so that a create
 // etcd applied is reported as done. A call Close cuts short fails with an
 // error matching store.ErrClosed.
 func (s *Store) Close() error {

@@ -26,7 +26,8 @@ import (
 type Option func(*Store)
 
 // WithClock sets the clock that stamps Created (for tests). By default the
-// store reads time.Now at most about once a second (see seconds). A
+// store reads time.Now at most about once a second, since a record keeps
+// whole seconds. A
 // record's Created is whole seconds from 1970 to 2106: a clock outside
 // that stamps the nearest end.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
