@@ -991,6 +991,17 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 	return nil
 }
 
+// appliedThrough reports whether the index reflects the store at revision
+// rev (0: the caller applied its own write already).
+func (a *Allocator) appliedThrough(rev int64) bool {
+	if rev <= 0 {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rev >= rev
+}
+
 // released re-checks the Terminating CIDRs that contained addr, freed in
 // the store at revision deleted. The index must have applied that deletion
 // first: a store that tells watchers later (etcd) would otherwise still
@@ -998,7 +1009,11 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 // Failures are logged, not returned: the address is free either way, and
 // the background reconciler checks the CIDR again.
 func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64) {
-	if a.dyingCount.Load() == 0 {
+	// Nothing dying is an answer only from an index that has applied the
+	// deletion: one that lags may not know yet that a CIDR holding addr
+	// turned Terminating before it, and a process ending soon (ipamctl)
+	// would leave that CIDR with no one to remove it.
+	if a.dyingCount.Load() == 0 && a.appliedThrough(deleted) {
 		return
 	}
 	if err := a.WaitRevision(ctx, deleted); err != nil {

@@ -1200,3 +1200,87 @@ func TestACustomPolicyIsFollowedAndMayMakeUpCandidates(t *testing.T) {
 		t.Fatalf("after c1 was full, got %s, want c0", x)
 	}
 }
+
+// laggingStore is a memory store, taken the remote way, whose watchers can
+// be held behind: events wait until Flush, as a watch stream lags.
+type laggingStore struct {
+	store.Store
+	mu      sync.Mutex
+	held    bool
+	pending []func()
+}
+
+type laggingWatcher struct {
+	s *laggingStore
+	w store.Watcher
+}
+
+func (s *laggingStore) Watch(ctx context.Context, w store.Watcher) error {
+	return s.Store.Watch(ctx, laggingWatcher{s, w})
+}
+
+func (l laggingWatcher) Reset(snap store.Snapshot) { l.w.Reset(snap) }
+
+func (l laggingWatcher) Apply(e store.Event) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.s.held {
+		l.s.pending = append(l.s.pending, func() { l.w.Apply(e) })
+		return
+	}
+	l.w.Apply(e)
+}
+
+func (s *laggingStore) Hold() {
+	s.mu.Lock()
+	s.held = true
+	s.mu.Unlock()
+}
+
+// Flush delivers what was held, in order, and stops holding.
+func (s *laggingStore) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.pending {
+		f()
+	}
+	s.pending, s.held = nil, false
+}
+
+// SPEC §4: a Terminating CIDR is re-checked whenever an address inside it
+// is released, also by an allocator whose index has not yet seen it turn
+// Terminating. Both allocators close at once, as two ipamctl commands
+// would: the release itself must remove the CIDR.
+func TestAReleaseRechecksACIDRItsLaggingIndexDoesNotKnowIsTerminating(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	lag := &laggingStore{Store: st}
+	releaser, err := allocator.New(ctx, lag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleter, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deleter.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	held := ip("10.0.0.5")
+	if _, err := releaser.Allocate(ctx, held, svc("a")); err != nil {
+		t.Fatal(err)
+	}
+	lag.Hold()
+	if err := deleter.DeleteCIDR(ctx, "c"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR holding %s: %v, want blocked", held, err)
+	}
+	deleter.Close()
+	go func() { time.Sleep(100 * time.Millisecond); lag.Flush() }() // the stream catches up
+	if err := releaser.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	releaser.Close()
+	if c, err := st.GetCIDR(ctx, "c"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after the last address was released: CIDR %+v, %v; want it removed", c, err)
+	}
+}
