@@ -180,7 +180,9 @@ const defaultPageSize = 10000
 type Option func(*Store)
 
 // WithPrefix sets the key prefix (default "/netipam"). A trailing "/" is
-// dropped. Stores with different prefixes share nothing.
+// dropped. Stores with different prefixes share nothing; New refuses a
+// prefix inside another store's records (with a "/v1/cidrs/",
+// "/v1/ips/" or "/v1/owners/" element), whose keys that store would read.
 func WithPrefix(p string) Option {
 	return func(s *Store) { s.prefix = strings.TrimRight(p, "/") }
 }
@@ -255,6 +257,11 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	for _, part := range []string{"/v1/cidrs/", "/v1/ips/", "/v1/owners/"} {
+		if strings.Contains(s.prefix+"/", part) {
+			return nil, fmt.Errorf("etcd store: prefix %q is inside another store's records (it has %q): the two would read each other's keys", s.prefix, strings.Trim(part, "/"))
+		}
+	}
 	base := s.prefix + "/v1/"
 	s.cidrPfx, s.ipPfx, s.ownerPfx = base+"cidrs/", base+"ips/", base+"owners/"
 	s.stop, s.cancel = context.WithCancel(context.Background())
@@ -325,6 +332,11 @@ func (s *Store) callsDone() <-chan struct{} {
 const closeWait = inFlightGrace + time.Second
 
 func (s *Store) cidrKey(name string) string { return s.cidrPfx + name }
+
+// nested reports whether the rest of a key under the CIDR prefix, which
+// names a CIDR, is rather a key of a store nested under it: no CIDR name
+// has a "/". Such keys are none of this store's, and are skipped.
+func nested(name string) bool { return strings.IndexByte(name, '/') >= 0 }
 func (s *Store) addrKey(a netip.Addr) string {
 	b := make([]byte, 0, len(s.ipPfx)+34)
 	return string(appendAddrSuffix(append(b, s.ipPfx...), a))

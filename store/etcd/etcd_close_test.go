@@ -109,3 +109,53 @@ func TestATouchingFenceOnAChangedCIDRIsFenced(t *testing.T) {
 		}
 	}
 }
+
+// Stores with different prefixes share nothing: New refuses a prefix
+// inside another store's records, and keys nested under a store's CIDR
+// keys by other writers are none of its CIDRs.
+func TestANestedPrefixIsRefusedAndNestedKeysIgnored(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	c := startCluster(t, 1)
+	cli := c.newClient(t)
+	for _, p := range []string{"/n1/v1/cidrs/zz", "/n1/v1/ips", "/n1/v1/owners/x/"} {
+		if _, err := New(cli, WithPrefix(p)); err == nil {
+			t.Errorf("New with prefix %q, inside /n1's records: no error", p)
+		}
+	}
+	outer, err := New(cli, WithPrefix("/n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Close()
+	if _, err := outer.CreateCIDR(ctx, cidrset.CIDR{Name: "a", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.70.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	m := newModel()
+	if err := outer.Watch(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// What a store under /n1/v1/cidrs/zz would write, before and after.
+	cidrValue := string(encodeCIDR(cidrset.CIDR{Name: "b", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.71.0.0/24")}, Created: time.Now()}))
+	for _, key := range []string{"/n1/v1/cidrs/zz/v1/cidrs/b", "/n1/v1/cidrs/zz/v1/ips/4/0a470001"} {
+		if _, err := cli.Put(ctx, key, cidrValue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := outer.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.72.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watch to see c", func() bool {
+		_, cidrs, _ := m.state()
+		return len(cidrs) == 2
+	})
+	if _, cidrs, _ := m.state(); len(cidrs) != 2 || cidrs[0][:2] != "a@" || cidrs[1][:2] != "c@" {
+		t.Fatalf("the watch sees %v, want a and c only", cidrs)
+	}
+	m2 := newModel()
+	if err := outer.Watch(ctx, m2); err != nil {
+		t.Fatalf("a Watch beside nested keys: %v", err)
+	}
+	if _, cidrs, _ := m2.state(); len(cidrs) != 2 {
+		t.Fatalf("a snapshot beside nested keys sees %v, want a and c only", cidrs)
+	}
+}

@@ -74,6 +74,9 @@ func (s *Store) snapshotOnce(ctx context.Context, report func(error)) (store.Sna
 	}
 	rev, err := s.list(ctx, s.cidrPfx, clientv3.GetPrefixRangeEnd(s.cidrPfx), 0, false, func(kv *mvccpb.KeyValue) error {
 		key := string(kv.Key)
+		if nested(key[len(s.cidrPfx):]) {
+			return nil
+		}
 		c, err := cidrFromKV(key, key[len(s.cidrPfx):], kv.Value, kv.ModRevision)
 		if err != nil {
 			return bad(err)
@@ -182,6 +185,9 @@ func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
 	switch {
 	case len(key) >= len(s.cidrPfx) && key[:len(s.cidrPfx)] == s.cidrPfx:
 		name := key[len(s.cidrPfx):]
+		if nested(name) {
+			return store.Event{}, false
+		}
 		if put {
 			c, err := cidrFromKV(key, name, ev.Kv.Value, rev)
 			if err != nil {
