@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -28,10 +29,9 @@ func openEtcd(ctx context.Context, endpoints, prefix string, log *slog.Logger) (
 	}
 	log.Debug("connecting to etcd", "endpoints", eps)
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   eps,
-		DialTimeout: 5 * time.Second,
-		Context:     ctx,
-		Logger:      zap.NewNop(), // the client logs nothing; -v logs what ipamctl does
+		Endpoints: eps,
+		Context:   ctx,
+		Logger:    zap.NewNop(), // the client logs nothing; -v logs what ipamctl does
 	})
 	if err != nil {
 		return nil, err
@@ -41,9 +41,46 @@ func openEtcd(ctx context.Context, endpoints, prefix string, log *slog.Logger) (
 		opts = append(opts, etcd.WithPrefix(prefix))
 	}
 	s, err := etcd.New(cli, opts...)
-	if err != nil {
+	if err != nil { // the prefix: New reads nothing from etcd
 		cli.Close()
+		return nil, usageErrorf("--etcd-prefix %q: %v", prefix, err)
+	}
+	// The client connects lazily: without this, an endpoint nobody
+	// answers on would show only as the first read timing out at
+	// --timeout, naming neither etcd nor the endpoint.
+	if err := reachable(ctx, cli, eps); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// etcdDialTimeout bounds how long ipamctl waits for some endpoint to
+// answer before it says none does.
+const etcdDialTimeout = 5 * time.Second
+
+// reachable returns nil once one of the endpoints answers, or an error
+// naming them all after etcdDialTimeout (or when ctx ends).
+func reachable(ctx context.Context, cli *clientv3.Client, eps []string) error {
+	pctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
+	defer cancel()
+	var last error
+	for {
+		for _, ep := range eps {
+			_, err := cli.Status(pctx, ep)
+			if err == nil {
+				return nil
+			}
+			last = err
+		}
+		select {
+		case <-pctx.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("connecting to etcd at %s: %w", strings.Join(eps, ", "), ctx.Err())
+			}
+			// %v: the probe's own deadline is not --timeout's.
+			return fmt.Errorf("etcd at %s does not answer within %v: %v", strings.Join(eps, ", "), etcdDialTimeout, last)
+		case <-time.After(100 * time.Millisecond): // a refused connection fails at once
+		}
+	}
 }

@@ -91,3 +91,24 @@ func TestWalkthroughAgainstEtcd(t *testing.T) {
 		t.Errorf("another prefix sees %v", cidrs.Items)
 	}
 }
+
+// An endpoint nobody answers on is said to be so, naming it, within the
+// 5 s ipamctl gives etcd to answer, not at --timeout as a read timing out.
+func TestAnEtcdNobodyAnswersOnIsNamed(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // a free port nothing listens on
+	c := &cli{t: t, store: []string{"--etcd", addr}}
+	start := time.Now()
+	r := c.fail(exitError, "does not answer", "cidr", "get")
+	if !strings.Contains(r.stderr, addr) || strings.Contains(r.stderr, "see --timeout") {
+		t.Errorf("stderr %q: want the endpoint named, not a --timeout", r.stderr)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("took %v to say etcd does not answer", took)
+	}
+	c.fail(exitUsage, "inside another store's records", "cidr", "get", "--etcd-prefix", "/netipam/v1/cidrs/x")
+}
