@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
 	etcdstore "github.com/netipam/netipam/store/etcd"
 )
@@ -161,6 +162,8 @@ func run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "CIDR %s %s created by %s\n", c.Name, prefix, instances[0].name)
+	size, _ := cidrset.Size(prefix).Uint64()
+	usable := int(size)
 
 	var mu sync.Mutex
 	var grants []grant
@@ -173,6 +176,17 @@ func run(ctx context.Context, w io.Writer) error {
 				owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("%s-svc-%d", in.name, n)}
 				rec, err := in.alloc.AllocateNext(ctx, ipaddress.IPv4, owner)
 				if errors.Is(err, allocator.ErrFull) {
+					// Nothing is released here: "full" must mean every
+					// usable address is held in etcd, not a lost race.
+					held, lerr := in.store.ListAddresses(ctx)
+					if lerr != nil {
+						errs[i] = fmt.Errorf("%s: %w", in.name, lerr)
+						return
+					}
+					if len(held) < usable {
+						errs[i] = fmt.Errorf("%s told %q with %d of %d addresses allocated", in.name, err, len(held), usable)
+						return
+					}
 					mu.Lock()
 					fullErrs = append(fullErrs, fmt.Sprintf("%s: %v", in.name, err))
 					mu.Unlock()

@@ -42,6 +42,8 @@ func TestRun(t *testing.T) {
 	if len(seen) != 14 {
 		t.Fatalf("%d distinct addresses, want 14", len(seen))
 	}
+	// run fails by itself if "range is full" came while an address was
+	// free; here, that it came at all.
 	if firstFull < 0 || firstFull < lastGrant {
 		t.Fatalf("no \"range is full\" after the last grant (line %d, last grant line %d)", firstFull, lastGrant)
 	}
