@@ -244,3 +244,36 @@ func runChunk(callers, from, n int, op func(i int) error) (time.Duration, error)
 		return took, nil
 	}
 }
+
+// BenchmarkAllocateReleaseOverEtcd is one allocation and its release by an
+// allocator over the etcd store, one embedded member with fsync on: what a
+// Service's create and delete cost the apiserver, serially.
+//
+//	go test -run x -bench AllocateReleaseOverEtcd -benchtime 2000x ./store/etcd/
+func BenchmarkAllocateReleaseOverEtcd(b *testing.B) {
+	ctx := context.Background()
+	c := startCluster(b, 1)
+	st, err := New(c.newClient(b), WithPrefix("/bench-release"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/16")); err != nil {
+		b.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "bench"}
+	for b.Loop() {
+		rec, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Release(ctx, rec.Addr); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
