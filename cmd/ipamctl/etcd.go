@@ -64,23 +64,25 @@ const etcdDialTimeout = 5 * time.Second
 func reachable(ctx context.Context, cli *clientv3.Client, eps []string) error {
 	pctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
 	defer cancel()
-	var last error
-	for {
-		for _, ep := range eps {
+	// All at once: the client waits for a connection rather than fail
+	// fast, so one endpoint that does not answer would use up the time of
+	// the others.
+	answers := make(chan error, len(eps))
+	for _, ep := range eps {
+		go func() {
 			_, err := cli.Status(pctx, ep)
-			if err == nil {
-				return nil
-			}
-			last = err
-		}
-		select {
-		case <-pctx.Done():
-			if ctx.Err() != nil {
-				return fmt.Errorf("connecting to etcd at %s: %w", strings.Join(eps, ", "), ctx.Err())
-			}
-			// %v: the probe's own deadline is not --timeout's.
-			return fmt.Errorf("etcd at %s does not answer within %v: %v", strings.Join(eps, ", "), etcdDialTimeout, last)
-		case <-time.After(100 * time.Millisecond): // a refused connection fails at once
+			answers <- err
+		}()
+	}
+	var last error
+	for range eps {
+		if last = <-answers; last == nil {
+			return nil
 		}
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("connecting to etcd at %s: %w", strings.Join(eps, ", "), ctx.Err())
+	}
+	// %v: the probe's own deadline is not --timeout's.
+	return fmt.Errorf("etcd at %s does not answer within %v: %v", strings.Join(eps, ", "), etcdDialTimeout, last)
 }

@@ -111,4 +111,12 @@ func TestAnEtcdNobodyAnswersOnIsNamed(t *testing.T) {
 		t.Errorf("took %v to say etcd does not answer", took)
 	}
 	c.fail(exitUsage, "inside another store's records", "cidr", "get", "--etcd-prefix", "/netipam/v1/cidrs/x")
+
+	// A member down among the endpoints costs nothing: the others answer.
+	live := startEtcd(t)
+	start = time.Now()
+	(&cli{t: t, store: []string{"--etcd", addr + "," + live}}).ok("cidr", "get")
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("with the first endpoint down, took %v", took)
+	}
 }
