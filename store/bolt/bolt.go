@@ -151,14 +151,28 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 	start := time.Now()
 	var db *bbolt.DB
 	for {
+		// The file bbolt opens, for when it panics on it: the panic leaves
+		// the file open and locked, which would refuse every later Open of
+		// it in this process. (Its memory mapping stays; bbolt gives no way
+		// to undo that.)
+		var file *os.File
+		openFile := func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, mode)
+			file = f
+			return f, err
+		}
 		err := guard(path, func() (err error) {
-			db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: time.Nanosecond, ReadOnly: o.readOnly})
+			db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: time.Nanosecond, ReadOnly: o.readOnly, OpenFile: openFile})
 			return err
 		})
 		if err == nil {
 			break
 		}
 		if errors.Is(err, store.ErrCorrupt) {
+			if file != nil {
+				_ = unlockFile(file)
+				_ = file.Close()
+			}
 			return nil, err
 		}
 		if !errors.Is(err, berrors.ErrTimeout) {

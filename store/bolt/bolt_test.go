@@ -644,6 +644,10 @@ func TestADamagedFileIsAnErrorNotACrash(t *testing.T) {
 		err := readAll(ctx, p)
 		if err != nil {
 			errs++
+			// What failed left no lock behind it.
+			if _, again := bolt.Open(p, bolt.WithLockTimeout(0)); errors.Is(again, bolt.ErrLocked) {
+				t.Errorf("%s: after %v, Open again: %v", what, err, again)
+			}
 		}
 		if what == "truncated" && !errors.Is(err, store.ErrCorrupt) {
 			t.Errorf("%s: %v, want an error matching store.ErrCorrupt", what, err)
