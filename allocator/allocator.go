@@ -938,7 +938,11 @@ func (a *Allocator) excludedRunAt(fam int, x u128.U128) (start, end u128.U128, o
 }
 
 // Release frees addr, whatever the state of the CIDR it is in. Releasing an
-// address inside a Terminating CIDR re-checks whether that CIDR may go.
+// address inside a Terminating CIDR re-checks whether that CIDR may go;
+// over a store whose watch lags (etcd), that first waits, at most 5 s and
+// within ctx, for the index to apply the release.
+// The address is free either way: a check the wait cuts short is left to
+// the background reconciler.
 func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 	if err := a.checkOpen(); err != nil {
 		return err
@@ -975,7 +979,7 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 // ReleaseAt frees addr only if its record's revision is still rev: for a
 // caller that decided on a record it read, such as repair. It fails with an
 // error matching ErrConflict if the address was released and allocated
-// again since, and ErrNotFound if it is free.
+// again since, and ErrNotFound if it is free. It re-checks as Release does.
 func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) error {
 	if err := a.checkOpen(); err != nil {
 		return err
@@ -990,6 +994,10 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 	a.released(ctx, addr, deleted)
 	return nil
 }
+
+// releaseWait bounds a release's wait for a lagging index: the release is
+// done, and a watch that far behind is the reconciler's to catch up with.
+const releaseWait = 5 * time.Second
 
 // appliedThrough reports whether the index reflects the store at revision
 // rev (0: the caller applied its own write already).
@@ -1016,7 +1024,9 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64
 	if a.dyingCount.Load() == 0 && a.appliedThrough(deleted) {
 		return
 	}
-	if err := a.WaitRevision(ctx, deleted); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, releaseWait)
+	defer cancel()
+	if err := a.WaitRevision(wctx, deleted); err != nil {
 		if !errors.Is(err, ErrClosed) {
 			a.cfg.logger.Warn("waiting for the index to apply a release", "addr", addr, "err", err)
 		}

@@ -1284,3 +1284,31 @@ func TestAReleaseRechecksACIDRItsLaggingIndexDoesNotKnowIsTerminating(t *testing
 		t.Fatalf("after the last address was released: CIDR %+v, %v; want it removed", c, err)
 	}
 }
+
+// A release's wait for a lagging index is bounded apart from ctx: a watch
+// that never catches up costs a release 5 s, not the caller's whole ctx.
+func TestAReleaseWaitsForALaggingIndexAtMostFiveSeconds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lag := &laggingStore{Store: memory.New()}
+	a, err := allocator.New(ctx, lag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate(ctx, ip("10.0.0.5"), svc("a")); err != nil {
+		t.Fatal(err)
+	}
+	lag.Hold()
+	defer lag.Flush()
+	start := time.Now()
+	if err := a.Release(ctx, ip("10.0.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Release took %v behind a watch that never caught up", took)
+	}
+}
