@@ -1312,3 +1312,80 @@ func TestAReleaseWaitsForALaggingIndexAtMostFiveSeconds(t *testing.T) {
 		t.Fatalf("Release took %v behind a watch that never caught up", took)
 	}
 }
+
+// hookedStore runs a step of another process at a chosen point of this
+// one's calls: before its next address create, and after its next read of
+// a CIDR.
+type hookedStore struct {
+	store.Store
+	beforeCreate func()
+	afterGetCIDR func()
+}
+
+func (h *hookedStore) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	if f := h.beforeCreate; f != nil {
+		h.beforeCreate = nil
+		f()
+	}
+	return h.Store.CreateAddresses(ctx, recs, fences...)
+}
+
+func (h *hookedStore) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
+	c, err := h.Store.GetCIDR(ctx, name)
+	if f := h.afterGetCIDR; f != nil {
+		h.afterGetCIDR = nil
+		f()
+	}
+	return c, err
+}
+
+// An allocation fenced out by a DeleteCIDR re-reads the CIDR; if the
+// deletion completes, and the watch applies it, before that read is
+// applied, the stale copy must not come back into the index, where no
+// event would ever remove it.
+func TestAFencedAllocationDoesNotBringBackACIDRRemovedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	lag := &laggingStore{Store: st}
+	hooked := &hookedStore{Store: lag}
+	a, err := allocator.New(ctx, hooked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	other, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.CreateCIDR(ctx, "l", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	hooked.beforeCreate = func() {
+		// The other process marks l Terminating; this one's watch lags.
+		lag.Hold()
+		c, err := st.GetCIDR(ctx, "l")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		c.Terminating = true
+		if _, err := st.UpdateCIDR(ctx, c); err != nil {
+			t.Error(err)
+		}
+	}
+	hooked.afterGetCIDR = func() {
+		// The re-read is done; the deletion completes and the watch
+		// catches up before the allocator applies what it read.
+		if err := other.DeleteCIDR(ctx, "l"); err != nil {
+			t.Errorf("DeleteCIDR(l): %v", err)
+		}
+		lag.Flush()
+	}
+	if _, err := a.Allocate(ctx, ip("10.0.0.5"), svc("a")); err == nil {
+		t.Fatal("an allocation from a CIDR deleted meanwhile succeeded")
+	}
+	if c, err := a.GetCIDR("l"); err == nil {
+		t.Fatalf("l is gone from the store, but the index shows it: %+v", c)
+	}
+}

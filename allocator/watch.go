@@ -441,7 +441,9 @@ func (a *Allocator) refreshCIDR(ctx context.Context, name string) {
 	defer a.mu.Unlock()
 	old, known := a.index.Get(name)
 	switch {
-	case err == nil && (!known || old.Revision < c.Revision):
+	// Unknown to an index past c's revision means removed since: the copy
+	// read is stale, and no event would remove it again.
+	case err == nil && (known && old.Revision < c.Revision || !known && c.Revision > a.rev):
 		a.index.Put(c)
 		a.cidrChangedLocked(old.Prefixes, c.Prefixes)
 		a.recheckAfterPutLocked(c) // the watch's event for c will be skipped
