@@ -2,6 +2,7 @@ package finalizer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/finalizer"
 	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/memory"
 )
 
 func cidr(name string, rev int64, terminating bool, prefixes ...string) cidrset.CIDR {
@@ -271,5 +273,71 @@ func TestBlockingAscendsWhateverThePrefixOrder(t *testing.T) {
 	}
 	if !slices.Equal(d.Blocking, want) || !d.More {
 		t.Fatalf("Blocking = %v, More = %v; want %v, More", d.Blocking, d.More, want)
+	}
+}
+
+// staleView shows a fixed list of CIDRs until it is asked to reach a
+// revision at or past catchUp, and then the store's: a watch that lags
+// until someone waits for it.
+type staleView struct {
+	st      *memory.Store
+	cidrs   []cidrset.CIDR
+	catchUp int64
+}
+
+func (v *staleView) WaitRevision(ctx context.Context, rev int64) error {
+	if rev >= v.catchUp {
+		var now []cidrset.CIDR
+		for _, name := range []string{"t1", "t2"} {
+			if c, err := v.st.GetCIDR(ctx, name); err == nil {
+				now = append(now, c)
+			}
+		}
+		v.cidrs = now
+	}
+	return nil
+}
+
+func (v *staleView) Overlapping(p netip.Prefix) []cidrset.CIDR {
+	return cidrset.NewIndex(v.cidrs).Overlapping(p)
+}
+func (v *staleView) Used(netipx.IPRange) iter.Seq[netipx.IPRange] {
+	return func(func(netipx.IPRange) bool) {}
+}
+
+// A removal fenced out because the view relied on a CIDR changed since
+// waits for the view to reach the revision the store saw the change at,
+// rather than decide again on the same stale view until it gives up: two
+// CIDRs of one prefix deleted at once by two processes, one watch lagging.
+func TestAFencedRemovalWaitsForTheViewToSeeWhatBrokeTheFence(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	var both []cidrset.CIDR
+	for _, name := range []string{"t1", "t2"} {
+		c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		both = append(both, c)
+	}
+	// t1 turns Terminating; the view knows that much.
+	t1 := both[0]
+	t1.Terminating = true
+	t1, err := st.UpdateCIDR(ctx, t1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := &staleView{st: st, cidrs: []cidrset.CIDR{t1, both[1]}}
+	// The other process deletes t2 (nothing holds it): the view lags.
+	if err := st.DeleteCIDR(ctx, "t2", both[1].Revision); err != nil {
+		t.Fatal(err)
+	}
+	view.catchUp = t1.Revision + 1
+	res, err := finalizer.Reconciler{Store: st, View: view}.Reconcile(ctx, "t1")
+	if err != nil || !res.Removed {
+		t.Fatalf("Reconcile(t1) = %+v, %v; want it removed", res, err)
+	}
+	if _, err := st.GetCIDR(ctx, "t1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("t1 after Reconcile: %v, want removed", err)
 	}
 }

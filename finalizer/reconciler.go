@@ -99,7 +99,16 @@ func (r Reconciler) Reconcile(ctx context.Context, name string) (Result, error) 
 			if attempt >= maxAttempts {
 				return Result{}, err
 			}
-			// Another writer changed a CIDR we read; let the view catch up.
+			// Another writer changed a CIDR we read; let the view catch
+			// up, to where the store saw the fence broken if it says:
+			// deciding again on the same view would fail the same way.
+			var fe *store.FencedError
+			if errors.As(err, &fe) && fe.Seen > 0 {
+				if err := r.View.WaitRevision(ctx, fe.Seen); err != nil {
+					return Result{}, err
+				}
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return Result{}, ctx.Err()

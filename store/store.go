@@ -55,6 +55,11 @@ func (e *AddressExistsError) Is(target error) bool { return target == ErrExists 
 // FencedError reports which fence failed. It matches ErrFenced.
 type FencedError struct {
 	Fence Fence
+	// Seen is the store's revision at which the fence was found broken
+	// (0 if unknown): a caller that decided from a view of the store can
+	// wait for its view to reach it before deciding again, rather than
+	// retry on the same stale view.
+	Seen int64
 }
 
 // Error names the CIDR, the revision the fence expected and ErrFenced.

@@ -380,15 +380,16 @@ func putCIDR(tx *bbolt.Tx, c cidrset.CIDR) error {
 	return nil
 }
 
-// checkFences reports the first fence that does not hold.
-func checkFences(tx *bbolt.Tx, fences []store.Fence) error {
+// checkFences reports the first fence that does not hold in tx, whose
+// write is to be at revision rev.
+func checkFences(tx *bbolt.Tx, fences []store.Fence, rev int64) error {
 	for _, f := range fences {
 		c, ok, err := getCIDR(tx, f.CIDR)
 		if err != nil {
 			return err
 		}
 		if !ok || c.Revision != f.Revision {
-			return &store.FencedError{Fence: f}
+			return &store.FencedError{Fence: f, Seen: rev - 1}
 		}
 	}
 	return nil
@@ -458,7 +459,7 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 		case old.Revision != rev:
 			return nil, fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, old.Revision, rev, store.ErrConflict)
 		}
-		if err := checkFences(tx, fences); err != nil {
+		if err := checkFences(tx, fences, next); err != nil {
 			return nil, err
 		}
 		if err := tx.Bucket(bucketCIDRs).Delete([]byte(name)); err != nil {
@@ -508,7 +509,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 				}
 			}
 		}
-		if err := checkFences(tx, fences); err != nil {
+		if err := checkFences(tx, fences, rev); err != nil {
 			return nil, err
 		}
 		var evs []store.Event

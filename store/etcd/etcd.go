@@ -470,12 +470,12 @@ func zeroFence(fences []store.Fence) error {
 	return nil
 }
 
-// failedFence returns the first fence that the reads rs (one per fence)
-// show to be broken, or nil.
-func failedFence(fences []store.Fence, rs []*clientv3.GetResponse) error {
+// failedFence returns the first fence that the reads rs (one per fence),
+// made at revision seen, show to be broken, or nil.
+func failedFence(fences []store.Fence, rs []*clientv3.GetResponse, seen int64) error {
 	for i, f := range fences {
 		if kvs := rs[i].Kvs; len(kvs) == 0 || kvs[0].ModRevision != f.Revision {
-			return &store.FencedError{Fence: f}
+			return &store.FencedError{Fence: f, Seen: seen}
 		}
 	}
 	return nil
@@ -522,7 +522,7 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 	} else if kvs[0].ModRevision != rev {
 		return fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, kvs[0].ModRevision, rev, store.ErrConflict)
 	}
-	if err := failedFence(fences, rs[1:]); err != nil {
+	if err := failedFence(fences, rs[1:], resp.Header.Revision); err != nil {
 		return err
 	}
 	return fmt.Errorf("CIDR %q: delete refused for no reason etcd showed: %w", name, store.ErrConflict)
@@ -616,7 +616,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			return nil, s.wrap("create addresses", err)
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != f.Revision {
-			return nil, &store.FencedError{Fence: f}
+			return nil, &store.FencedError{Fence: f, Seen: resp.Header.Revision}
 		}
 		puts = append(puts, clientv3.OpPut(key, string(resp.Kvs[0].Value)))
 	}
@@ -671,7 +671,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 				return nil, &store.AddressExistsError{Addr: r.Addr}
 			}
 		}
-		if err := failedFence(fences, rs[len(recs):]); err != nil {
+		if err := failedFence(fences, rs[len(recs):], why.Header.Revision); err != nil {
 			return nil, err
 		}
 		if attempt >= maxCreateAttempts {

@@ -193,7 +193,7 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 func (s *Store) checkFences(fences []store.Fence) error {
 	for _, f := range fences {
 		if c, ok := s.cidrs[f.CIDR]; !ok || c.Revision != f.Revision {
-			return &store.FencedError{Fence: f}
+			return &store.FencedError{Fence: f, Seen: s.rev}
 		}
 	}
 	return nil

@@ -166,6 +166,9 @@ func testCIDRDelete(t *testing.T, s store.Store) {
 	if !errors.Is(err, store.ErrFenced) || !errors.As(err, &fe) || fe.Fence != stale {
 		t.Fatalf("delete with a failing fence: %v, want *FencedError for %v", err, stale)
 	}
+	if fe.Seen < b.Revision {
+		t.Fatalf("FencedError.Seen = %d, before b's revision %d", fe.Seen, b.Revision)
+	}
 	if err := s.DeleteCIDR(ctx, "a", a.Revision, store.Fence{CIDR: "gone", Revision: 1}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("delete fenced on a missing CIDR: %v, want ErrFenced", err)
 	}
@@ -278,13 +281,19 @@ func testAddressFence(t *testing.T, s store.Store) {
 	mustAddr(t, s, "10.0.0.1", "a", fenceOf(c))
 	upd := c.Clone()
 	upd.Terminating = true
-	if _, err := s.UpdateCIDR(ctx, upd); err != nil {
+	changed, err := s.UpdateCIDR(ctx, upd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.2"), Parent: owner("b")}}, fenceOf(c))
+	_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.2"), Parent: owner("b")}}, fenceOf(c))
 	var fe *store.FencedError
 	if !errors.As(err, &fe) || fe.Fence.CIDR != "c" {
 		t.Fatalf("create fenced on a changed CIDR: %v, want *FencedError", err)
+	}
+	// Seen is a revision at which the change shows: a view that reaches it
+	// decides on the changed CIDR.
+	if fe.Seen < changed.Revision {
+		t.Fatalf("FencedError.Seen = %d, before the change at %d", fe.Seen, changed.Revision)
 	}
 	if _, err := s.GetAddress(ctx, ip("10.0.0.2")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("fenced create stored the address: %v", err)
