@@ -63,6 +63,10 @@ type Result struct {
 	CIDR cidrset.CIDR
 }
 
+// viewWait bounds how long a retry waits for the view to reach the
+// revision at which the store saw a fence broken.
+const viewWait = 5 * time.Second
+
 // maxAttempts bounds retries after a fence failed because another writer
 // changed a CIDR the decision read.
 const maxAttempts = 20
@@ -104,10 +108,17 @@ func (r Reconciler) Reconcile(ctx context.Context, name string) (Result, error) 
 			// deciding again on the same view would fail the same way.
 			var fe *store.FencedError
 			if errors.As(err, &fe) && fe.Seen > 0 {
-				if err := r.View.WaitRevision(ctx, fe.Seen); err != nil {
+				// Bounded apart from ctx: a view that does not get there
+				// (a broken watch) is retried as before.
+				wctx, cancel := context.WithTimeout(ctx, viewWait)
+				err := r.View.WaitRevision(wctx, fe.Seen)
+				cancel()
+				if err == nil {
+					continue
+				}
+				if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 					return Result{}, err
 				}
-				continue
 			}
 			select {
 			case <-ctx.Done():
