@@ -1353,14 +1353,12 @@ func TestAFencedAllocationDoesNotBringBackACIDRRemovedMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	other, err := allocator.New(ctx, st)
-	if err != nil {
+	// The other process writes the store directly: no allocator of its
+	// own, whose background check could remove l at a time of its choosing.
+	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "l", Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}}); err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
-	if _, err := other.CreateCIDR(ctx, "l", pfx("10.0.0.0/24")); err != nil {
-		t.Fatal(err)
-	}
+	var marked cidrset.CIDR
 	hooked.beforeCreate = func() {
 		// The other process marks l Terminating; this one's watch lags.
 		lag.Hold()
@@ -1370,14 +1368,15 @@ func TestAFencedAllocationDoesNotBringBackACIDRRemovedMeanwhile(t *testing.T) {
 			return
 		}
 		c.Terminating = true
-		if _, err := st.UpdateCIDR(ctx, c); err != nil {
+		if marked, err = st.UpdateCIDR(ctx, c); err != nil {
 			t.Error(err)
 		}
 	}
 	hooked.afterGetCIDR = func() {
-		// The re-read is done; the deletion completes and the watch
-		// catches up before the allocator applies what it read.
-		if err := other.DeleteCIDR(ctx, "l"); err != nil {
+		// The re-read is done; the other process removes l (nothing holds
+		// it) and the watch catches up before the allocator applies what
+		// it read.
+		if err := st.DeleteCIDR(ctx, "l", marked.Revision); err != nil {
 			t.Errorf("DeleteCIDR(l): %v", err)
 		}
 		lag.Flush()
