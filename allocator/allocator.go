@@ -940,9 +940,9 @@ func (a *Allocator) excludedRunAt(fam int, x u128.U128) (start, end u128.U128, o
 // Release frees addr, whatever the state of the CIDR it is in. Releasing an
 // address inside a Terminating CIDR re-checks whether that CIDR may go;
 // over a store whose watch lags (etcd), that first waits, at most 5 s and
-// within ctx, for the index to apply the release.
-// The address is free either way: a check the wait cuts short is left to
-// the background reconciler.
+// within ctx, for the index to apply the release. The address is free
+// either way: a check the wait cuts short is left to the background
+// reconciler.
 func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 	if err := a.checkOpen(); err != nil {
 		return err
