@@ -141,6 +141,14 @@ type Store interface {
 	// ErrConflict if it was replaced since, ErrNotFound if it is gone.
 	// Its results are DeleteAddress's.
 	DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (rec ipaddress.IPAddress, deleted int64, err error)
+	// ReplaceAddressAt gives the record of rec.Addr to rec.Parent, only if
+	// its revision is still rev, in one write: the address stays held
+	// throughout, so no allocation can take it between the old owner and
+	// the new (repair hands a wrongly owned address to its consumer so).
+	// ErrConflict if the record was replaced since, ErrNotFound if it is
+	// gone. The new record has a new revision and creation time; watchers
+	// see one AddressPut of an address they know as held.
+	ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, rev int64) (ipaddress.IPAddress, error)
 	// GetAddress returns the record of addr. GetAddress, DeleteAddress and
 	// DeleteAddressAt return ErrNotFound for an address CreateAddresses
 	// would refuse (zero, zoned, IPv4-mapped): no record can have it.

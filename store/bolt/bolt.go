@@ -612,6 +612,46 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, 
 	return rec, deleted, nil
 }
 
+// ReplaceAddressAt implements store.Store.
+func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, want int64) (ipaddress.IPAddress, error) {
+	if checkAddr(rec.Addr) != nil {
+		if err := ctx.Err(); err != nil {
+			return ipaddress.IPAddress{}, err
+		}
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
+	}
+	key := appendAddrKey(nil, rec.Addr)
+	var out ipaddress.IPAddress
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		cur, ok, err := getAddress(tx, rec.Addr, key)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
+		case cur.Revision != want:
+			return nil, fmt.Errorf("address %s at revision %d, not %d: %w", rec.Addr, cur.Revision, want, store.ErrConflict)
+		}
+		owners := tx.Bucket(bucketOwners)
+		if err := owners.Delete(appendOwnerKey(nil, cur.Parent, rec.Addr)); err != nil {
+			return nil, err
+		}
+		v := addrValue{parent: rec.Parent, created: s.now().UnixNano(), rev: rev}
+		if err := tx.Bucket(bucketAddrs).Put(key, appendAddrValue(nil, v)); err != nil {
+			return nil, fmt.Errorf("bolt: storing address %s: %w", rec.Addr, err)
+		}
+		if err := owners.Put(appendOwnerKey(nil, rec.Parent, rec.Addr), nil); err != nil {
+			return nil, fmt.Errorf("bolt: indexing address %s: %w", rec.Addr, err)
+		}
+		out = v.record(rec.Addr)
+		return []store.Event{{Kind: store.AddressPut, Revision: rev, Address: out}}, nil
+	})
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	return out, nil
+}
+
 // GetAddress implements store.Store.
 func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
 	var rec ipaddress.IPAddress

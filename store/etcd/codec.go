@@ -61,7 +61,8 @@ type cidrValue struct {
 
 // recordValue is the stored form of an address record (and, under layout 1,
 // of its owner key too). The address is the key; the revision is the key's
-// CreateRevision (records are never updated).
+// ModRevision: its creation's, or that of the ReplaceAddressAt that gave it
+// to its owner.
 type recordValue struct {
 	V         int    `json:"v"`
 	Group     string `json:"group,omitempty"`
@@ -341,19 +342,19 @@ func cidrFromKV(key, name string, value []byte, modRev int64) (cidrset.CIDR, err
 }
 
 // recordFromKV decodes the record of a stored under key with the given
-// CreateRevision. Errors are *CorruptError naming key.
-func recordFromKV(key string, a netip.Addr, value []byte, createRev int64) (ipaddress.IPAddress, error) {
-	r, _, err := recordVersionFromKV(key, a, value, createRev)
+// ModRevision. Errors are *CorruptError naming key.
+func recordFromKV(key string, a netip.Addr, value []byte, rev int64) (ipaddress.IPAddress, error) {
+	r, _, err := recordVersionFromKV(key, a, value, rev)
 	return r, err
 }
 
 // recordVersionFromKV is recordFromKV that returns the value's version too.
-func recordVersionFromKV(key string, a netip.Addr, value []byte, createRev int64) (ipaddress.IPAddress, int, error) {
+func recordVersionFromKV(key string, a netip.Addr, value []byte, rev int64) (ipaddress.IPAddress, int, error) {
 	r, version, err := decodeRecord(value)
 	if err != nil {
 		return ipaddress.IPAddress{}, 0, corrupt(key, err)
 	}
-	r.Addr, r.Revision = a, createRev
+	r.Addr, r.Revision = a, rev
 	return r, version, nil
 }
 

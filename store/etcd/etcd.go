@@ -23,8 +23,9 @@
 //
 // "terminating", "group" and "namespace" are left out when empty. Names and
 // addresses are keys, never values; revisions are etcd's: a CIDR's Revision
-// is its key's ModRevision and a record's Revision is the revision of the
-// transaction that created it (records are never updated). A key or value
+// is its key's ModRevision, and so is a record's: the revision of the
+// transaction that created it, or of the ReplaceAddressAt that gave it to
+// its owner (nothing else writes a record's key). A key or value
 // this package cannot decode (garbage, a "v" it does not know) is reported
 // as a *CorruptError naming the key, which matches store.ErrCorrupt.
 //
@@ -777,10 +778,10 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev
 			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 		}
 		kv := resp.Kvs[0]
-		if at && kv.CreateRevision != rev {
-			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d, not %d: %w", addr, kv.CreateRevision, rev, store.ErrConflict)
+		if at && kv.ModRevision != rev {
+			return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s at revision %d, not %d: %w", addr, kv.ModRevision, rev, store.ErrConflict)
 		}
-		rec, version, err := recordVersionFromKV(key, addr, kv.Value, kv.CreateRevision)
+		rec, version, err := recordVersionFromKV(key, addr, kv.Value, kv.ModRevision)
 		if err != nil {
 			return ipaddress.IPAddress{}, 0, err
 		}
@@ -801,6 +802,60 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev
 		// Changed since the read (released, and maybe taken again): look
 		// again.
 	}
+}
+
+// ReplaceAddressAt implements store.Store: one transaction, conditional on
+// the key's ModRevision, rewrites the record's value (and deletes the owner
+// key of a layout-1 record). The key is never absent between the two
+// owners, and the rewrite gives the record a new ModRevision, its revision.
+func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, rev int64) (ipaddress.IPAddress, error) {
+	if err := s.begin(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	defer s.end()
+	if err := noRecord(rec.Addr); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if !validOwner(rec.Parent) {
+		return ipaddress.IPAddress{}, &ipaddress.FieldError{Field: "spec.parentRef", Value: rec.Parent.String(), Detail: "must be valid UTF-8 to be stored in etcd"}
+	}
+	key := s.addrKey(rec.Addr)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return ipaddress.IPAddress{}, s.wrap("replace address", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
+	}
+	kv := resp.Kvs[0]
+	if kv.ModRevision != rev {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", rec.Addr, kv.ModRevision, rev, store.ErrConflict)
+	}
+	old, version, err := recordVersionFromKV(key, rec.Addr, kv.Value, kv.ModRevision)
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	out := ipaddress.IPAddress{Addr: rec.Addr, Parent: rec.Parent, Created: time.Unix(0, s.now().UnixNano())}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(encodeRecord(out)))}
+	if version == legacyRecordVersion {
+		ops = append(ops, clientv3.OpDelete(s.ownerKey(old.Parent, rec.Addr)))
+	}
+	tx, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(ops...).
+		Commit()
+	if err != nil {
+		return ipaddress.IPAddress{}, s.wrap("replace address", err)
+	}
+	if !tx.Succeeded {
+		// Changed since the read: released, or released and taken again.
+		if _, err := s.GetAddress(ctx, rec.Addr); errors.Is(err, store.ErrNotFound) {
+			return ipaddress.IPAddress{}, err
+		}
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s changed since revision %d: %w", rec.Addr, rev, store.ErrConflict)
+	}
+	out.Revision = tx.Header.Revision
+	return out, nil
 }
 
 // noRecord returns store.ErrNotFound for an address CreateAddresses refuses:
@@ -830,7 +885,7 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 	if len(resp.Kvs) == 0 {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
 	}
-	return recordFromKV(key, addr, resp.Kvs[0].Value, resp.Kvs[0].CreateRevision)
+	return recordFromKV(key, addr, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 }
 
 // AddressesOf implements store.Store, from the owner index in this process
@@ -872,7 +927,7 @@ func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error
 			if err != nil {
 				return err
 			}
-			r, err := recordFromKV(key, a, kv.Value, kv.CreateRevision)
+			r, err := recordFromKV(key, a, kv.Value, kv.ModRevision)
 			if err != nil {
 				return err
 			}

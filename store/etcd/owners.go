@@ -25,7 +25,7 @@ const progressEvery = 50 * time.Millisecond
 type ownedAddr struct {
 	addr    netip.Addr
 	created int64 // Unix nanoseconds
-	rev     int64 // the record's revision (its key's CreateRevision)
+	rev     int64 // the record's revision (its key's ModRevision)
 }
 
 // owned is an owner and its addresses, in no particular order.
@@ -87,7 +87,7 @@ func (x *ownerIndex) setRevLocked(rev int64) {
 }
 
 // putLocked applies a put of key (an address key, value included).
-func (x *ownerIndex) putLocked(key string, value []byte, createRev int64) {
+func (x *ownerIndex) putLocked(key string, value []byte, rev int64) {
 	a, err := addrFromKey(key, x.s.ipPfx)
 	if err != nil {
 		x.corrupt[key] = err
@@ -95,7 +95,7 @@ func (x *ownerIndex) putLocked(key string, value []byte, createRev int64) {
 	}
 	x.removeLocked(a)
 	delete(x.corrupt, key)
-	r, err := recordFromKV(key, a, value, createRev)
+	r, err := recordFromKV(key, a, value, rev)
 	if err != nil {
 		x.corrupt[key] = err
 		return
@@ -106,7 +106,7 @@ func (x *ownerIndex) putLocked(key string, value []byte, createRev int64) {
 		x.byOwner[r.Parent] = o
 	}
 	x.byAddr[a] = ownedAt{o, len(o.addrs)}
-	o.addrs = append(o.addrs, ownedAddr{addr: a, created: r.Created.UnixNano(), rev: createRev})
+	o.addrs = append(o.addrs, ownedAddr{addr: a, created: r.Created.UnixNano(), rev: rev})
 }
 
 // deleteLocked applies a delete of key.
@@ -142,7 +142,7 @@ func (x *ownerIndex) load(ctx context.Context) (int64, error) {
 	rev, err := retryCompacted(func() (int64, error) {
 		fresh.clearLocked()
 		return x.s.list(ctx, x.s.ipPfx, clientv3.GetPrefixRangeEnd(x.s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
-			fresh.putLocked(string(kv.Key), kv.Value, kv.CreateRevision)
+			fresh.putLocked(string(kv.Key), kv.Value, kv.ModRevision)
 			return nil
 		})
 	})
@@ -213,7 +213,7 @@ func (x *ownerIndex) watchFrom(ctx context.Context, rev int64) error {
 		}
 		for _, ev := range resp.Events {
 			if ev.Type == clientv3.EventTypePut {
-				x.putLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
+				x.putLocked(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 			} else {
 				x.deleteLocked(string(ev.Kv.Key))
 			}

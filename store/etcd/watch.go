@@ -213,7 +213,7 @@ func (s *Store) event(ev *clientv3.Event) (store.Event, bool) {
 		} else {
 			r.Parent, r.Created = dec.Parent, dec.Created
 		}
-		r.Revision = ev.Kv.CreateRevision
+		r.Revision = ev.Kv.ModRevision
 		return store.Event{Kind: store.AddressPut, Revision: rev, Address: r}, true
 	}
 	return store.Event{}, false

@@ -395,6 +395,28 @@ func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64)
 	return rec, s.rev, nil
 }
 
+// ReplaceAddressAt implements store.Store.
+func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, rev int64) (ipaddress.IPAddress, error) {
+	if err := s.lock(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	defer s.mu.Unlock()
+	cur, ok := s.addrs.get(rec.Addr)
+	if !ok {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
+	}
+	if cur.Revision != rev {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", rec.Addr, cur.Revision, rev, store.ErrConflict)
+	}
+	s.addrs.remove(rec.Addr)
+	s.rev++
+	now := s.unix()
+	s.addrs.put(rec.Addr, rec.Parent, now, s.rev)
+	out := ipaddress.IPAddress{Addr: rec.Addr, Parent: rec.Parent, Created: time.Unix(now, 0), Revision: s.rev}
+	s.notifyAddress(store.AddressPut, &out, nil)
+	return out, nil
+}
+
 // GetAddress implements store.Store.
 func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
 	if err := s.lock(ctx); err != nil {

@@ -273,36 +273,50 @@ func (m *model) step(t *testing.T, s store.Store, rng *rand.Rand) (did, got stri
 			}
 		}
 		return did, outcome(err), want
-	case 5, 6: // DeleteAddress, DeleteAddressAt
+	case 5, 6: // DeleteAddress, DeleteAddressAt, ReplaceAddressAt
 		a := pickAddr(rng)
 		cur, held := m.addrs[a]
 		var rec ipaddress.IPAddress
 		var deleted int64
 		var err error
-		at := rng.IntN(2) == 0
+		call := rng.IntN(3)
 		rev := m.revisionFor(rng, cur.Revision)
-		if at {
+		to := pick(rng, modelOwners)
+		switch call {
+		case 0:
 			did = fmt.Sprintf("DeleteAddressAt(%q, %d)", a, rev)
 			rec, deleted, err = s.DeleteAddressAt(ctx, a, rev)
-		} else {
+		case 1:
 			did = fmt.Sprintf("DeleteAddress(%q)", a)
 			rec, deleted, err = s.DeleteAddress(ctx, a)
+		default:
+			did = fmt.Sprintf("ReplaceAddressAt(%q, %s, %d)", a, to, rev)
+			rec, err = s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: a, Parent: to}, rev)
 		}
 		switch {
 		case !held || ipaddress.ValidateAddr(a) != nil:
 			want = []string{"not found"}
-		case at && rev != cur.Revision:
+		case call != 1 && rev != cur.Revision:
 			want = []string{"conflict"}
 		default:
 			want = []string{"ok"}
 		}
-		if err == nil && want[0] == "ok" {
-			if rec.Addr != a || rec.Parent != cur.Parent || rec.Revision != cur.Revision {
-				t.Fatalf("%s: deleted %+v, held %+v", did, rec, cur)
-			}
-			m.wrote(t, did, deleted)
-			delete(m.addrs, a)
+		if err != nil || want[0] != "ok" {
+			return did, outcome(err), want
 		}
+		if call == 2 {
+			if rec.Addr != a || rec.Parent != to || rec.Created.IsZero() {
+				t.Fatalf("%s: replaced by %+v, held %+v", did, rec, cur)
+			}
+			m.wrote(t, did, rec.Revision)
+			m.addrs[a] = rec
+			return did, outcome(err), want
+		}
+		if rec.Addr != a || rec.Parent != cur.Parent || rec.Revision != cur.Revision {
+			t.Fatalf("%s: deleted %+v, held %+v", did, rec, cur)
+		}
+		m.wrote(t, did, deleted)
+		delete(m.addrs, a)
 		return did, outcome(err), want
 	case 7: // GetAddress
 		a := pickAddr(rng)

@@ -29,6 +29,9 @@ func testUnstorableLookups(t *testing.T, s store.Store) {
 			if rec, _, err := s.DeleteAddressAt(ctx, a, k.Revision); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("DeleteAddressAt(%q, %d) = %+v, %v; want ErrNotFound", a, k.Revision, rec, err)
 			}
+			if rec, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: a, Parent: owner("thief")}, k.Revision); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("ReplaceAddressAt(%q, %d) = %+v, %v; want ErrNotFound", a, k.Revision, rec, err)
+			}
 		}
 	}
 	all, err := s.ListAddresses(ctx)
@@ -69,6 +72,9 @@ func testZeroRevisionsNeverMatch(t *testing.T, s store.Store) {
 	a := mustAddr(t, s, "10.0.0.7", "b")
 	if _, _, err := s.DeleteAddressAt(ctx, a.Addr, 0); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("DeleteAddressAt(%s, 0): %v, want ErrConflict", a.Addr, err)
+	}
+	if _, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: a.Addr, Parent: owner("c")}, 0); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ReplaceAddressAt(%s, 0): %v, want ErrConflict", a.Addr, err)
 	}
 	if _, _, err := s.DeleteAddressAt(ctx, ip("10.0.0.8"), 0); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("DeleteAddressAt(10.0.0.8, 0) of no record: %v, want ErrNotFound", err)

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CIDRDeleteIsFencedOnRevisions", testCIDRDelete},
 		{"AddressCreateGetDelete", testAddressLifecycle},
 		{"AddressDeleteAtIsConditionalOnRevision", testAddressDeleteAt},
+		{"AddressReplaceAtKeepsTheAddressHeld", testAddressReplaceAt},
 		{"AddressBatchIsAllOrNothing", testAddressBatch},
 		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
 		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
@@ -249,6 +250,57 @@ func testAddressDeleteAt(t *testing.T, s store.Store) {
 	}
 	if recs, err := s.AddressesOf(ctx, cur.Parent); err != nil || len(recs) != 0 {
 		t.Fatalf("owner index after DeleteAddressAt: %v, %v", recs, err)
+	}
+}
+
+func testAddressReplaceAt(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	old := mustAddr(t, s, "10.0.0.7", "first")
+	var r recorder
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := s.Watch(wctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: owner("second")}, old.Revision-1); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("ReplaceAddressAt with a stale revision: %v, want ErrConflict", err)
+	}
+	cur, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: owner("second")}, old.Revision)
+	if err != nil || cur.Addr != old.Addr || cur.Parent != owner("second") || cur.Revision <= old.Revision || cur.Created.IsZero() {
+		t.Fatalf("ReplaceAddressAt = %+v, %v; want the record of %q at a new revision", cur, err, "second")
+	}
+	if got, err := s.GetAddress(ctx, old.Addr); err != nil || !sameRecord(got, cur) {
+		t.Fatalf("GetAddress after ReplaceAddressAt = %+v, %v; want %+v", got, err, cur)
+	}
+	if recs, err := s.AddressesOf(ctx, old.Parent); err != nil || len(recs) != 0 {
+		t.Fatalf("AddressesOf(old owner) after ReplaceAddressAt = %+v, %v; want none", recs, err)
+	}
+	if recs, err := s.AddressesOf(ctx, cur.Parent); err != nil || len(recs) != 1 || !sameRecord(recs[0], cur) {
+		t.Fatalf("AddressesOf(new owner) after ReplaceAddressAt = %+v, %v; want %+v", recs, err, cur)
+	}
+	// A decision taken on the old record must not touch the new one.
+	if _, _, err := s.DeleteAddressAt(ctx, old.Addr, old.Revision); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("DeleteAddressAt of the replaced revision: %v, want ErrConflict", err)
+	}
+	if _, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: owner("third")}, old.Revision); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second ReplaceAddressAt of the replaced revision: %v, want ErrConflict", err)
+	}
+	evs := r.waitEvents(t, 1)
+	if e := evs[0]; e.Kind != store.AddressPut || e.Revision != cur.Revision || e.Address.Addr != cur.Addr ||
+		e.Address.Parent != cur.Parent || e.Address.Revision != cur.Revision {
+		t.Fatalf("watch event of the replacement %+v, want an AddressPut of %+v", e, cur)
+	}
+	if all, err := s.ListAddresses(ctx); err != nil || len(all) != 1 || !sameRecord(all[0], cur) {
+		t.Fatalf("ListAddresses after ReplaceAddressAt = %+v, %v; want only %+v", all, err, cur)
+	}
+	if _, _, err := s.DeleteAddressAt(ctx, cur.Addr, cur.Revision); err != nil {
+		t.Fatalf("DeleteAddressAt of the new record: %v", err)
+	}
+	if _, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: owner("third")}, cur.Revision); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ReplaceAddressAt of a gone record: %v, want ErrNotFound", err)
+	}
+	if evs := r.waitEvents(t, 2); evs[1].Kind != store.AddressDeleted {
+		t.Fatalf("events after the deletion: %+v", evs)
 	}
 }
 
