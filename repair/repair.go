@@ -14,9 +14,12 @@
 //     cleaning up") or whose parent exists but does not hold the address
 //     ("wrong reference"), once the record is older than a grace period
 //     (60 s by default, the apiserver's request timeout): a younger record
-//     may belong to an allocation whose consumer is still being written;
-//   - reports an address held by several consumers ("already allocated")
-//     and changes nothing about it.
+//     may belong to an allocation whose consumer is still being written.
+//     When one consumer holds the address, the record is handed to it in
+//     the same store write (store.Store.ReplaceAddressAt), so no other
+//     allocation can take the address in between;
+//   - reports an address held by several consumers ("already allocated"),
+//     counting a legacy spelling as a holder, and changes nothing about it.
 //
 // Beyond the reference, the grace period also protects a young record from
 // the wrong-reference deletion, which closes the race of an address just
@@ -27,7 +30,9 @@
 //
 // A pass is one call of Run; run it periodically and after RetryAfter when
 // something is pending. With DryRun set it reports the same findings and
-// changes nothing.
+// changes nothing. A pass whose context ends stops and returns the
+// context's error; what it did until then stands, and leaves no address a
+// consumer holds without a record.
 package repair
 
 import (
@@ -133,7 +138,7 @@ type pass struct {
 
 	records map[netip.Addr]ipaddress.IPAddress   // as listed, less those deleted
 	deleted map[netip.Addr]bool                  // deleted by this pass (or would be)
-	holders map[netip.Addr][]ipaddress.ParentRef // consumers per parsed address
+	holders map[netip.Addr][]ipaddress.ParentRef // consumers per address, legacy spellings included
 	holds   map[ipaddress.ParentRef]map[netip.Addr]bool
 	// legacy holds the addresses some consumer lists only in a spelling
 	// ParseAddr refuses but ParseAddrLegacy reads ("010.96.0.5",
@@ -142,9 +147,9 @@ type pass struct {
 }
 
 // Run makes one repair pass. The error is for a pass that could not be
-// made (the records or the consumers could not be listed); problems with
-// single addresses are events of the report (Failed for errors), and the
-// pass goes on.
+// made (the records or the consumers could not be listed) or was cut short
+// by ctx; problems with single addresses are events of the report (Failed
+// for errors), and the pass goes on.
 func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 	if r.Allocator == nil || r.Consumers == nil {
 		return Report{}, errors.New("repair: Allocator and Consumers are required")
@@ -205,8 +210,14 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 		for _, s := range addrs[ref] {
 			a, err := ipaddress.ParseAddr(s)
 			if err != nil {
+				// A legacy spelling holds the address as far as
+				// uniqueness goes (the reference reads it so), though
+				// no record is made for it.
 				if a, ok := ipaddress.ParseAddrLegacy(s); ok {
 					p.legacy[a] = true
+					if !slices.Contains(p.holders[a], ref) {
+						p.holders[a] = append(p.holders[a], ref)
+					}
 				}
 				continue
 			}
@@ -214,7 +225,9 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 				continue
 			}
 			p.holds[ref][a] = true
-			p.holders[a] = append(p.holders[a], ref)
+			if !slices.Contains(p.holders[a], ref) {
+				p.holders[a] = append(p.holders[a], ref)
+			}
 		}
 	}
 
@@ -236,7 +249,18 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 			p.checkConsumerAddr(ctx, ref, s)
 		}
 	}
-	return p.report, nil
+	// The last item's store call may have been cut short.
+	return p.report, ctx.Err()
+}
+
+// fail records that an item could not be handled, unless err is the
+// pass's context ending: Run returns that, and it is no repair error.
+func (p *pass) fail(ctx context.Context, e Event) {
+	if ctx.Err() != nil && errors.Is(e.Err, ctx.Err()) {
+		return
+	}
+	e.Kind = Failed
+	p.emit(e)
 }
 
 // emit records an event, logs it and tells the observer.
@@ -292,7 +316,7 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	if _, listed := p.holds[rec.Parent]; !listed {
 		exists, err := p.r.Consumers.Exists(ctx, rec.Parent)
 		if err != nil {
-			p.emit(Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
+			p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
 				Message: fmt.Sprintf("unable to get parent %s of %s due to an unknown error: %v", rec.Parent, addr, err)})
 			return
 		}
@@ -329,23 +353,81 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	} else {
 		msg = fmt.Sprintf("%s has a wrong reference: its parent %s does not hold it; cleaning up", addr, rec.Parent)
 	}
-	if !p.r.DryRun {
-		gone, err := p.release(ctx, rec)
-		if err != nil {
-			p.emit(Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
-				Message: fmt.Sprintf("unable to release %s of %s: %v", addr, rec.Parent, err)})
-			return
-		}
-		if !gone {
+	heir, handOver := p.heir(rec.Addr)
+	switch {
+	case p.r.DryRun:
+	case handOver:
+		// Deleting the record and creating the consumer's later would
+		// leave the address free in between, for any allocator sharing
+		// the store to hand out: one write moves it instead.
+		_, err := p.st.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: rec.Addr, Parent: heir}, rec.Revision)
+		switch {
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
 			// Released or replaced by someone else since the listing:
 			// nothing of what was found stands.
 			delete(p.records, rec.Addr)
 			return
+		case err != nil:
+			p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
+				Message: fmt.Sprintf("unable to hand %s from %s to %s: %v", addr, rec.Parent, heir, err)})
+			return
 		}
+	default:
+		gone, err := p.release(ctx, rec)
+		if err != nil {
+			p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
+				Message: fmt.Sprintf("unable to release %s of %s: %v", addr, rec.Parent, err)})
+			return
+		}
+		if !gone {
+			delete(p.records, rec.Addr) // as above
+			return
+		}
+	}
+	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
+	if handOver {
+		// The consumer's now, as it holds it: its own check finds it so.
+		p.records[rec.Addr] = ipaddress.IPAddress{Addr: rec.Addr, Parent: heir}
+		p.emit(Event{Kind: Repaired, Addr: addr, Ref: heir, Message: p.repairedMsg(heir, rec.Addr, p.terminatingOnly(rec.Addr))})
+		return
 	}
 	delete(p.records, rec.Addr)
 	p.deleted[rec.Addr] = true
-	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
+}
+
+// heir returns the consumer a wrongly owned record of a should go to: the
+// one consumer holding a, in a spelling that gets a record, with a inside
+// a CIDR. The pass's CIDRs may be stale, but none holding a can have gone
+// since: the record holds it.
+func (p *pass) heir(a netip.Addr) (ipaddress.ParentRef, bool) {
+	holders := p.holders[a]
+	if len(holders) != 1 || !p.holds[holders[0]][a] || !p.inRange(a) {
+		return ipaddress.ParentRef{}, false
+	}
+	return holders[0], true
+}
+
+// terminatingOnly returns the Terminating CIDRs holding a when no live one
+// does, as the pass read them.
+func (p *pass) terminatingOnly(a netip.Addr) []string {
+	if p.liveAt(a) {
+		return nil
+	}
+	return p.terminatingAt(a)
+}
+
+// repairedMsg is the message of a record made for ref, inside the
+// Terminating CIDRs dying (none: a live CIDR).
+func (p *pass) repairedMsg(ref ipaddress.ParentRef, a netip.Addr, dying []string) string {
+	msg := fmt.Sprintf("[%s] %s of %s is not allocated; repairing", ipaddress.FamilyOf(a), a, ref)
+	if len(dying) > 0 {
+		when := "now waits"
+		if p.r.DryRun {
+			when = "would wait"
+		}
+		msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal %s for it)", strings.Join(dying, ", "), when)
+	}
+	return msg
 }
 
 // release deletes rec if the store still holds exactly that record, in
@@ -389,7 +471,9 @@ func (p *pass) checkConsumerAddr(ctx context.Context, ref ipaddress.ParentRef, s
 		return
 	}
 	if holders := p.holders[a]; len(holders) > 1 {
-		if holders[0] == ref { // report once per address
+		// Report once per address, by its first holder in a spelling that
+		// parses (a legacy one is reported Invalid, not here).
+		if i := slices.IndexFunc(holders, func(h ipaddress.ParentRef) bool { return p.holds[h][a] }); holders[i] == ref {
 			p.emit(Event{Kind: Duplicate, Addr: s, Ref: ref, Holders: slices.Clone(holders),
 				Message: fmt.Sprintf("[%s] %s is already allocated: held by %s; please recreate all but one", fam, s, joinRefs(holders))})
 		}
@@ -406,7 +490,7 @@ func (p *pass) checkConsumerAddr(ctx context.Context, ref ipaddress.ParentRef, s
 // repair creates the missing record of a, held by ref.
 func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr) {
 	s, fam := a.String(), ipaddress.FamilyOf(a)
-	msg := fmt.Sprintf("[%s] %s of %s is not allocated; repairing", fam, s, ref)
+	msg := p.repairedMsg(ref, a, nil)
 	var err error
 	if p.r.DryRun {
 		err = p.a.DryRun().Allocate(ctx, a, ref)
@@ -415,23 +499,19 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 		}
 		if errors.Is(err, allocator.ErrTerminating) {
 			err = nil
-			msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal would wait for it)", strings.Join(p.terminatingAt(a), ", "))
+			msg = p.repairedMsg(ref, a, p.terminatingAt(a))
 		}
 	} else {
-		if !p.liveAt(a) {
-			// Only Terminating CIDRs hold a, as the pass read them: adopt
-			// it there rather than try a live CIDR first.
-			err = allocator.ErrTerminating
-		} else {
-			// Restore, not Allocate: the record is written back, nobody
-			// asked for an address, and the metrics count only requests.
-			_, err = p.a.Restore(ctx, a, ref)
-		}
+		// Restore, not Allocate: the record is written back, nobody asked
+		// for an address, and the metrics count only requests. It decides
+		// from the allocator's view of the CIDRs, which may be newer than
+		// the pass's: a CIDR may have turned Terminating since.
+		_, err = p.a.Restore(ctx, a, ref)
 		if errors.Is(err, allocator.ErrTerminating) {
 			var names []string
 			names, err = p.adopt(ctx, ref, a)
 			if err == nil {
-				msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal now waits for it)", strings.Join(names, ", "))
+				msg = p.repairedMsg(ref, a, names)
 			}
 		}
 	}
@@ -456,7 +536,7 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 		p.emit(Event{Kind: OutOfRange, Addr: s, Ref: ref, Err: err,
 			Message: fmt.Sprintf("ClusterIPOutOfRange: [%s] %s of %s is not within any CIDR; please recreate it", fam, s, ref)})
 	default:
-		p.emit(Event{Kind: Failed, Addr: s, Ref: ref, Err: err, Full: errors.Is(err, allocator.ErrFull),
+		p.fail(ctx, Event{Kind: Failed, Addr: s, Ref: ref, Err: err, Full: errors.Is(err, allocator.ErrFull),
 			Message: fmt.Sprintf("unable to allocate [%s] %s of %s due to an error: %v", fam, s, ref, err)})
 	}
 }
@@ -484,14 +564,19 @@ func (p *pass) terminatingAt(a netip.Addr) []string {
 }
 
 // adopt records a, held by ref, inside the Terminating CIDRs containing it
-// (the allocator serves no address from those), fenced on the first of
-// them, so the CIDR is not removed while a consumer holds the address.
+// (the allocator serves no address from those), fenced on one of them, so
+// that it is not removed while a consumer holds the address. The CIDRs are
+// read again from the allocator first: the pass's may be older than the
+// ErrTerminating that sent the repair here, and a CIDR removed meanwhile
+// leaves the others to try.
 func (p *pass) adopt(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr) ([]string, error) {
-	names := p.terminatingAt(a)
-	if len(names) == 0 {
-		return nil, &allocator.RangeError{Addr: a}
-	}
+	var gone []string // removed per the store, though the allocator may not know yet
 	for attempt := 0; ; attempt++ {
+		p.index = cidrset.NewIndex(p.a.CIDRs())
+		names := slices.DeleteFunc(p.terminatingAt(a), func(n string) bool { return slices.Contains(gone, n) })
+		if len(names) == 0 {
+			return nil, &allocator.RangeError{Addr: a}
+		}
 		c, err := p.a.GetCIDR(names[0])
 		if err != nil {
 			return nil, err
@@ -506,11 +591,17 @@ func (p *pass) adopt(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr)
 		case errors.Is(err, store.ErrExists):
 			return nil, allocator.ErrAllocated
 		case errors.Is(err, store.ErrFenced) && attempt < 3:
-			// The allocator's view lags the store: read it again.
-			if sc, gerr := p.st.GetCIDR(ctx, c.Name); gerr == nil {
-				_ = p.a.WaitRevision(ctx, sc.Revision)
-			} else if errors.Is(gerr, store.ErrNotFound) {
-				return nil, &allocator.RangeError{Addr: a}
+			// The allocator's view lags the store: let it catch up.
+			sc, gerr := p.st.GetCIDR(ctx, c.Name)
+			switch {
+			case gerr == nil:
+				if err := p.a.WaitRevision(ctx, sc.Revision); err != nil {
+					return nil, err
+				}
+			case errors.Is(gerr, store.ErrNotFound):
+				gone = append(gone, c.Name)
+			default:
+				return nil, gerr
 			}
 			continue
 		}
