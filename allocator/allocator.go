@@ -485,12 +485,14 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		var buf [2]choice
 		var choices []choice
 		var err error
+		// Before choosing, whatever the store: a call whose context had
+		// ended is counted under no CIDR (a dry run answers as the real
+		// call would).
+		if err := ctx.Err(); err != nil {
+			return sourcesOf(nil), err
+		}
 		switch {
 		case dryRun:
-			// As the real call would: a dry run answers what it would do.
-			if err := ctx.Err(); err != nil {
-				return sourcesOf(nil), err
-			}
 			a.mu.Lock()
 			choices, err = a.chooseLocked(reqs, skip, buf[:0])
 			a.mu.Unlock()
@@ -501,9 +503,6 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 			}
 			return sourcesOf(choices), err
 		case a.locked != nil:
-			if err := ctx.Err(); err != nil {
-				return sourcesOf(nil), err
-			}
 			choices, err = a.chooseAndCreate(owner, reqs, skip, buf[:0], out)
 		default:
 			choices, err = a.chooseAndCreateRemote(ctx, owner, reqs, skip, buf[:0], out)
@@ -670,13 +669,15 @@ func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
 		slices.Sort(terminating)
 		return choice{}, &RangeError{Addr: addr, Valid: valid, Terminating: slices.Compact(terminating)}
 	}
+	// Refused or not, the request is live's: the observer counts it there.
+	fence := store.Fence{CIDR: live.Name, Revision: live.Revision}
 	if a.excluded[famIndex(addr)].Contains(u128.FromAddr(addr)) {
-		return choice{}, ErrExcluded
+		return choice{fence: fence}, ErrExcluded
 	}
 	if slices.Contains(a.pending, addr) {
-		return choice{}, ErrAllocated
+		return choice{fence: fence}, ErrAllocated
 	}
-	return choice{addr: addr, fence: store.Fence{CIDR: live.Name, Revision: live.Revision}}, nil
+	return choice{addr: addr, fence: fence}, nil
 }
 
 func (a *Allocator) livePrefixesLocked(fam int) []netip.Prefix {

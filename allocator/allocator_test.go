@@ -1388,3 +1388,84 @@ func TestAFencedAllocationDoesNotBringBackACIDRRemovedMeanwhile(t *testing.T) {
 		t.Fatalf("l is gone from the store, but the index shows it: %+v", c)
 	}
 }
+
+// SPEC §7 counts allocation errors per CIDR: a static request refused
+// inside a live CIDR, because the address is excluded or because another
+// request of this allocator is creating it, is an error of that CIDR, as
+// a request refused by the store is.
+func TestObserverChargesARefusedStaticRequestToItsCIDR(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	// Not store.Locked: creates are in flight outside the allocator's lock.
+	h := &hookedStore{Store: memory.New()}
+	a, err := allocator.New(ctx, h, allocator.WithObserver(rec),
+		allocator.WithExcluded(netipx.IPRangeFrom(ip("10.0.0.10"), ip("10.0.0.10"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate(ctx, ip("10.0.0.10"), svc("x")); !errors.Is(err, allocator.ErrExcluded) {
+		t.Fatalf("excluded address: %v, want ErrExcluded", err)
+	}
+	var second error
+	h.beforeCreate = func() { _, second = a.Allocate(ctx, ip("10.0.0.5"), svc("second")) }
+	if _, err := a.Allocate(ctx, ip("10.0.0.5"), svc("first")); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(second, allocator.ErrAllocated) {
+		t.Fatalf("a request for an address being created: %v, want ErrAllocated", second)
+	}
+	var got []string
+	for _, ev := range rec.events {
+		got = append(got, fmt.Sprintf("%q %s %v", ev.CIDR, ev.Scope, ev.Err != nil))
+	}
+	want := []string{`"c" static true`, `"c" static true`, `"c" static false`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events (cidr, scope, failed) = %q, want %q", got, want)
+	}
+}
+
+// A request whose context had ended before anything was chosen is counted
+// under no CIDR, whether the store is in-process (store.Locked) or not:
+// the same outcome gets the same labels over every store.
+func TestObserverChargesACanceledRequestToNoCIDROverEveryStore(t *testing.T) {
+	for _, locked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("locked=%v", locked), func(t *testing.T) {
+			var st store.Store = memory.New()
+			if !locked {
+				st = &hookedStore{Store: st}
+			}
+			rec := &recorder{}
+			a, err := allocator.New(context.Background(), st, allocator.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if _, err := a.CreateCIDR(context.Background(), "ds", pfx("10.4.0.0/24"), pfx("fd04::/120")); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, _, err := a.AllocateDualStack(ctx, svc("x"), netip.Addr{}, netip.Addr{}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("AllocateDualStack: %v, want context.Canceled", err)
+			}
+			if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("y")); !errors.Is(err, context.Canceled) {
+				t.Fatalf("AllocateNext: %v, want context.Canceled", err)
+			}
+			if _, err := a.Allocate(ctx, ip("10.4.0.7"), svc("z")); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Allocate: %v, want context.Canceled", err)
+			}
+			if len(rec.events) != 4 {
+				t.Fatalf("%d events, want 4: %+v", len(rec.events), rec.events)
+			}
+			for _, ev := range rec.events {
+				if ev.CIDR != "" || !errors.Is(ev.Err, context.Canceled) {
+					t.Errorf("event %+v: want a canceled request under no CIDR", ev)
+				}
+			}
+		})
+	}
+}

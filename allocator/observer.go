@@ -20,8 +20,10 @@ type AllocationEvent struct {
 	Scope  Scope
 	Family ipaddress.Family
 	// CIDR is the CIDR the address was (or would have been) taken from:
-	// for "range is full", the one the policy would have tried first;
-	// empty when no live CIDR serves the request.
+	// for "range is full", the one the policy would have tried first; for
+	// a static address refused inside a live CIDR (excluded, taken), that
+	// CIDR. Empty when no live CIDR serves the request, and when the
+	// context had ended before one was chosen, whatever the store.
 	CIDR     string
 	Err      error
 	Duration time.Duration
