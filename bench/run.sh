@@ -9,21 +9,43 @@
 #   ONLY="alloc heap" bench/run.sh      # only some groups (names below;
 #                                       # scale: the core module's scale benchmarks)
 #
+# A run of some groups only writes everything, env.txt and tables included,
+# to results/rerun-<commit>/ (OUT=dir to choose), so that its tables hold
+# only its own numbers and the full run's stay as they were; an unknown
+# group name is an error. Tables and the summary are built from the groups
+# the run made, never from files an earlier run left.
+#
 # The full run sets NETIPAM_BENCH_FULL=1: 10M-address fixtures (several GB
 # of heap), the IPAddress allocator on 64k-address ranges, 1M-address cold
-# start, memory and finalizer fixtures. It takes about 25 minutes on 2 cores.
+# start, memory and finalizer fixtures. It takes about 30 minutes on 2 cores.
 # CI instead runs every benchmark once, reduced:
 #   go test -run '^$' -bench . -benchtime 1x ./...
 set -euo pipefail
 cd "$(dirname "$0")"
 
 COUNT=${COUNT:-6}
-ONLY=${ONLY:-alloc large ops finalizer heap floor calibrate scale}
+all="alloc large ops finalizer heap floor calibrate scale"
+commit=${NETIPAM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if [[ -n ${ONLY:-} ]]; then
+	for name in $ONLY; do
+		if [[ " $all " != *" $name "* ]]; then
+			echo "run.sh: unknown group $name in ONLY (groups: $all)" >&2
+			exit 2
+		fi
+	done
+	OUT=${OUT:-results/rerun-$commit}
+else
+	ONLY=$all
+	OUT=${OUT:-results}
+fi
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da # golang.org/x/perf
 export NETIPAM_BENCH_FULL=1
 
-mkdir -p results
-commit=${NETIPAM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+mkdir -p "$OUT"
+case $OUT in
+/*) bin=$OUT/bench.test ;;
+*) bin=./$OUT/bench.test ;;
+esac
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "commit: $commit"
@@ -31,9 +53,9 @@ commit=${NETIPAM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknow
 	grep -m1 'model name' /proc/cpuinfo
 	echo "cores: $(nproc)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} | tee results/env.txt
-go test -c -o results/bench.test .
-trap 'rm -f results/bench.test' EXIT
+} | tee "$OUT/env.txt"
+go test -c -o "$bin" .
+trap 'rm -f "$bin"' EXIT
 
 # Each group of benchmarks gets its own raw file. -count repeats each
 # sub-benchmark back to back, so a fixture (10M addresses, say) is built once
@@ -48,46 +70,46 @@ groups=(
 	"floor:^BenchmarkAllocReleaseFloor\$"
 	"calibrate:^BenchmarkCalibrate\$"
 )
+raw=() # the raw files of this run, for the tables
 for g in "${groups[@]}"; do
 	IFS=: read -r name re <<<"$g"
 	[[ " $ONLY " == *" $name "* ]] || continue
 	echo "== $name: $re, count $COUNT" >&2
 	start=$SECONDS
-	./results/bench.test -test.run '^$' -test.bench "$re" -test.count "$COUNT" \
-		-test.timeout 0 >"results/$name.txt"
-	grep -E '^Benchmark' "results/$name.txt" >&2 || true
+	"$bin" -test.run '^$' -test.bench "$re" -test.count "$COUNT" \
+		-test.timeout 0 >"$OUT/$name.txt"
+	grep -E '^Benchmark' "$OUT/$name.txt" >&2 || true
+	raw+=("$OUT/$name.txt")
 	echo "== $name took $(( SECONDS - start ))s" >&2
 done
 
 # Scale in owners and CIDRs: benchmarks of the core module's own packages
 # (netipam alone, no peer), for the report's "Scale in owners and CIDRs".
 scale_re='^Benchmark(RecordsHeavyOwner|AllocateNextReleaseManyCIDRs|AllocateNextReleaseBesideFullCIDRs|CIDRChangeManyCIDRs|ReleaseInTerminatingCIDR|ReleaseUnderABlockedSupernet|BesideBlockedCIDRs)$'
+scale=
 if [[ " $ONLY " == *" scale "* ]]; then
 	echo "== scale: $scale_re, count $COUNT" >&2
 	start=$SECONDS
-	(cd .. && go test -run '^$' -bench "$scale_re" -count "$COUNT" -timeout 0 ./allocator/ ./store/memory/) >results/scale.txt
-	grep -E '^Benchmark' results/scale.txt >&2 || true
+	scale=$OUT/scale.txt
+	(cd .. && go test -run '^$' -bench "$scale_re" -count "$COUNT" -timeout 0 ./allocator/ ./store/memory/) >"$scale"
+	grep -E '^Benchmark' "$scale" >&2 || true
 	echo "== scale took $(( SECONDS - start ))s" >&2
 fi
 
 # Tables: one column per implementation, the other keys as rows.
-raw=()
-for f in results/alloc.txt results/large.txt results/ops.txt results/finalizer.txt results/heap.txt results/floor.txt results/calibrate.txt; do
-	if [[ -s $f ]]; then raw+=("$f"); fi
-done
 {
-	for f in "${raw[@]}"; do
+	for f in ${raw[@]+"${raw[@]}"}; do
 		echo "### $(basename "$f" .txt)"
 		go run "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION" -col /impl "$f"
 		echo
 	done
-	if [[ -s results/scale.txt ]]; then
+	if [[ -n $scale ]]; then
 		echo "### scale"
-		go run "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION" results/scale.txt
+		go run "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION" "$scale"
 		echo
 	fi
-} | tee results/benchstat.txt
+} | tee "$OUT/benchstat.txt"
 
 if ((${#raw[@]})); then
-	go run ./cmd/plot -o results/fill.svg "${raw[@]}" | tee results/summary.md
+	go run ./cmd/plot -o "$OUT/fill.svg" "${raw[@]}" | tee "$OUT/summary.md"
 fi
