@@ -88,7 +88,9 @@ type Observer interface {
 type Repairer struct {
 	// Allocator gives the CIDRs, the store whose records are checked, and
 	// makes the repairs: Restore (not observed: no allocation metric
-	// counts a repair), and ReleaseAt on the revision the pass listed.
+	// counts a repair), and ReleaseAt on the revision the pass listed. A
+	// record handed to its consumer goes through the store's
+	// ReplaceAddressAt, on that revision too.
 	Allocator *allocator.Allocator
 	// Consumers is the truth the records are reconciled with.
 	Consumers Consumers
