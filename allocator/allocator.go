@@ -72,6 +72,8 @@ func WithPolicy(p Policy) Option { return func(c *config) { c.policy = p } }
 
 // WithExcluded keeps the given ranges out of every allocation, static or
 // dynamic (for example addresses used outside the allocator's control).
+// New refuses an invalid range, and one of IPv4-mapped addresses
+// (ErrInvalid).
 func WithExcluded(ranges ...netipx.IPRange) Option {
 	return func(c *config) { c.excluded = append(c.excluded, ranges...) }
 }
@@ -238,6 +240,11 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	for _, r := range a.cfg.excluded {
 		if !r.IsValid() {
 			return nil, &ipaddress.FieldError{Field: "excluded", Value: r.String(), Detail: "must be a valid address range"}
+		}
+		// Filed by family, a mapped range would exclude nothing an
+		// allocation can reach: no record holds such an address.
+		if ipaddress.ValidateAddr(r.From()) != nil || ipaddress.ValidateAddr(r.To()) != nil {
+			return nil, &ipaddress.FieldError{Field: "excluded", Value: r.String(), Detail: "must not be a range of IPv4-mapped addresses"}
 		}
 		a.excluded[famIndex(r.From())].AddRange(u128.FromAddr(r.From()), u128.FromAddr(r.To()))
 	}

@@ -691,6 +691,25 @@ func TestExcludedRangesAreNeverAllocated(t *testing.T) {
 	}
 }
 
+// An excluded range is filed under its family, where allocations look: a
+// range of IPv4-mapped addresses would exclude nothing they can reach, so
+// New refuses it rather than accept a range that does nothing.
+func TestExcludedRangesMustNotBeIPv4Mapped(t *testing.T) {
+	for _, r := range []netipx.IPRange{
+		netipx.IPRangeFrom(ip("::ffff:10.0.0.1"), ip("::ffff:10.0.0.2")),
+		{},
+	} {
+		a, err := allocator.New(context.Background(), memory.New(), allocator.WithExcluded(r))
+		var fe *ipaddress.FieldError
+		if !errors.Is(err, ipaddress.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "excluded" {
+			if a != nil {
+				a.Close()
+			}
+			t.Errorf("WithExcluded(%v): New = %v, want an ErrInvalid field error on excluded", r, err)
+		}
+	}
+}
+
 func TestDryRunWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	a, st := newAllocator(t, []string{"c=10.0.0.0/28"}, allocator.WithStrategy(allocator.Sequential()))
