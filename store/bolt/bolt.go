@@ -61,6 +61,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,9 +189,19 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 		case <-time.After(lockRetry):
 		}
 	}
-	if err := guard(path, func() error { return initFile(db, o.readOnly) }); err != nil {
+	created := false
+	if err := guard(path, func() (err error) { created, err = initFile(db, o.readOnly); return err }); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	}
+	if created {
+		// The file's contents are synced with every commit, but its name
+		// is an entry of the directory: a machine that crashed before the
+		// directory reached the disk would lose the whole store.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("bolt: open %s: syncing its directory: %w", path, err)
+		}
 	}
 	return &Store{db: db, path: path, now: o.now, watchers: map[*watcher]struct{}{}}, nil
 }
@@ -198,21 +210,22 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 const lockRetry = 50 * time.Millisecond
 
 // initFile creates the buckets of a new file and checks the format version
-// of an existing one. A file opened read-only must have them already.
-func initFile(db *bbolt.DB, readOnly bool) error {
+// of an existing one; created reports that it made a new store. A file
+// opened read-only must have them already.
+func initFile(db *bbolt.DB, readOnly bool) (created bool, err error) {
 	ready := false
-	err := db.View(func(tx *bbolt.Tx) error {
+	err = db.View(func(tx *bbolt.Tx) error {
 		var err error
 		ready, err = checkMeta(tx)
 		return err
 	})
 	if err != nil || ready {
-		return err
+		return false, err
 	}
 	if readOnly {
-		return ErrNotAStore
+		return false, ErrNotAStore
 	}
-	return db.Update(func(tx *bbolt.Tx) error {
+	return true, db.Update(func(tx *bbolt.Tx) error {
 		if ready, err := checkMeta(tx); err != nil || ready {
 			return err
 		}
@@ -298,6 +311,18 @@ func readMetaRevision(tx *bbolt.Tx) (int64, error) {
 
 // Path returns the file the store is in.
 func (s *Store) Path() string { return s.path }
+
+// checkOpen returns the context's error or ErrClosed, for a call to give
+// before it looks at its input: after Close every call is ErrClosed.
+func (s *Store) checkOpen(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
 
 // view runs fn in a read transaction.
 func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
@@ -397,6 +422,9 @@ func checkFences(tx *bbolt.Tx, fences []store.Fence, rev int64) error {
 
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if err := checkCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -420,6 +448,9 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 
 // UpdateCIDR implements store.Store.
 func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if err := checkCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -489,9 +520,15 @@ func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) 
 
 // CreateAddresses implements store.Store.
 func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return nil, err
+	}
 	keys := make([][]byte, len(recs))
 	for i, r := range recs {
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
+			return nil, err
+		}
+		if err := checkOwner(r.Parent); err != nil {
 			return nil, err
 		}
 		keys[i] = appendAddrKey(make([]byte, 0, addrKeyLen), r.Addr)
@@ -513,9 +550,9 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			return nil, err
 		}
 		var evs []store.Event
-		for _, f := range fences {
-			if !f.Touch {
-				continue
+		for i, f := range fences {
+			if !f.Touch || slices.ContainsFunc(fences[:i], func(g store.Fence) bool { return g.Touch && g.CIDR == f.CIDR }) {
+				continue // touched, and told, once
 			}
 			c, _, err := getCIDR(tx, f.CIDR)
 			if err != nil {
@@ -577,7 +614,7 @@ func (s *Store) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64)
 // want DeleteAddressAt is given must be compared, 0 included.
 func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, anyRev bool) (ipaddress.IPAddress, int64, error) {
 	if checkAddr(addr) != nil {
-		if err := ctx.Err(); err != nil {
+		if err := s.checkOpen(ctx); err != nil {
 			return ipaddress.IPAddress{}, 0, err
 		}
 		return ipaddress.IPAddress{}, 0, fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
@@ -614,11 +651,14 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, 
 
 // ReplaceAddressAt implements store.Store.
 func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, want int64) (ipaddress.IPAddress, error) {
+	if err := s.checkOpen(ctx); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
 	if checkAddr(rec.Addr) != nil {
-		if err := ctx.Err(); err != nil {
-			return ipaddress.IPAddress{}, err
-		}
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
+	}
+	if err := checkOwner(rec.Parent); err != nil {
+		return ipaddress.IPAddress{}, err
 	}
 	key := appendAddrKey(nil, rec.Addr)
 	var out ipaddress.IPAddress

@@ -751,3 +751,37 @@ func TestAReadOnlyStoreReadsAndWritesNothing(t *testing.T) {
 		t.Fatalf("read-only Open of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// bbolt refuses a key past 32 KiB with an error of its own, which matches
+// none of the store's. The store refuses such an owner or CIDR name first,
+// as invalid input, naming the field and not echoing the whole name, and
+// writes nothing.
+func TestNamesPastBboltsKeyLimitAreInvalid(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, tempPath(t))
+	huge := strings.Repeat("n", 40_000)
+	var fe *ipaddress.FieldError
+	if _, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: huge, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); !errors.Is(err, ipaddress.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "metadata.name" || len(err.Error()) > 400 {
+		t.Fatalf("CreateCIDR with a 40 kB name: %.200v, want a short ErrInvalid on metadata.name", err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: huge}
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.1"), Parent: owner}}); !errors.Is(err, ipaddress.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "spec.parentRef" || len(err.Error()) > 400 {
+		t.Fatalf("CreateAddresses with a 40 kB owner name: %.200v, want a short ErrInvalid on spec.parentRef", err)
+	}
+	rec, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.2"), Parent: ipaddress.ParentRef{Resource: "services", Name: "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: rec[0].Addr, Parent: owner}, rec[0].Revision); !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Fatalf("ReplaceAddressAt to a 40 kB owner name: %.200v, want ErrInvalid", err)
+	}
+	all, err := s.ListAddresses(ctx)
+	if err != nil || len(all) != 1 || all[0].Revision != rec[0].Revision {
+		t.Fatalf("after the refusals: %+v, %v; want only the record of 10.0.0.2, unchanged", all, err)
+	}
+	// Just under the limit still fits.
+	fits := ipaddress.ParentRef{Resource: "services", Name: strings.Repeat("n", 32_000)}
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.3"), Parent: fits}}); err != nil {
+		t.Fatalf("a 32 000-byte owner name: %v", err)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"math"
 	"net/netip"
 	"time"
+	"unicode/utf8"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -132,6 +135,32 @@ func readOwner(b []byte) (ipaddress.ParentRef, []byte, error) {
 
 // appendOwnerKey appends the owner-index key of (p, a): the owner encoding,
 // then the address key.
+// checkOwner refuses an owner whose owner-index key bbolt would refuse
+// (past bbolt.MaxKeySize), before anything is written.
+func checkOwner(p ipaddress.ParentRef) error {
+	n := addrKeyLen
+	for _, s := range [4]string{p.Group, p.Resource, p.Namespace, p.Name} {
+		n += binary.MaxVarintLen64 + len(s)
+	}
+	if n <= bbolt.MaxKeySize || len(appendOwnerKey(nil, p, netip.IPv6Unspecified())) <= bbolt.MaxKeySize {
+		return nil
+	}
+	return &ipaddress.FieldError{Field: "spec.parentRef", Value: shorten(p.String()), Detail: fmt.Sprintf("at most %d bytes can be stored", bbolt.MaxKeySize)}
+}
+
+// shorten cuts s for an error message, at a rune boundary.
+func shorten(s string) string {
+	const keep = 64
+	if len(s) <= keep {
+		return s
+	}
+	i := keep
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
 func appendOwnerKey(dst []byte, p ipaddress.ParentRef, a netip.Addr) []byte {
 	return appendAddrKey(appendOwner(dst, p), a)
 }
@@ -243,6 +272,9 @@ func decodeAddrValue(b []byte) (addrValue, error) {
 
 // checkCIDR reports whether c can be stored.
 func checkCIDR(c cidrset.CIDR) error {
+	if len(c.Name) > bbolt.MaxKeySize {
+		return &ipaddress.FieldError{Field: "metadata.name", Value: shorten(c.Name), Detail: fmt.Sprintf("at most %d bytes can be stored", bbolt.MaxKeySize)}
+	}
 	if len(c.Prefixes) > maxPrefixes {
 		return &ipaddress.FieldError{Field: "spec.cidrs", Value: fmt.Sprint(len(c.Prefixes)), Detail: fmt.Sprintf("at most %d prefixes can be stored", maxPrefixes)}
 	}

@@ -359,15 +359,15 @@ func (s *Store) wrap(op string, err error) error {
 
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	if err := s.begin(ctx); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	defer s.end()
 	// A value decodeCIDR refuses would break every later Watch of the
 	// prefix.
 	if err := store.CheckCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := s.begin(ctx); err != nil {
-		return cidrset.CIDR{}, err
-	}
-	defer s.end()
 	c = c.Clone()
 	c.Created = time.Unix(0, s.now().UnixNano())
 	key := s.cidrKey(c.Name)
@@ -402,13 +402,13 @@ func (s *Store) getCIDR(ctx context.Context, name string) (c cidrset.CIDR, found
 
 // UpdateCIDR implements store.Store.
 func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
-	if err := store.CheckCIDR(c); err != nil {
-		return cidrset.CIDR{}, err
-	}
 	if err := s.begin(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
 	defer s.end()
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	old, found, err := s.getCIDR(ctx, c.Name)
 	switch {
 	case err != nil:

@@ -145,13 +145,13 @@ func (s *Store) notifyAddress(kind store.EventKind, rec *ipaddress.IPAddress, se
 
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
-	if err := store.CheckCIDR(c); err != nil {
-		return cidrset.CIDR{}, err
-	}
 	if err := s.lock(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
 	defer s.mu.Unlock()
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	if _, ok := s.cidrs[c.Name]; ok {
 		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
 	}
@@ -166,13 +166,13 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 
 // UpdateCIDR implements store.Store.
 func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
-	if err := store.CheckCIDR(c); err != nil {
-		return cidrset.CIDR{}, err
-	}
 	if err := s.lock(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
 	defer s.mu.Unlock()
+	if err := store.CheckCIDR(c); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	old, ok := s.cidrs[c.Name]
 	if !ok {
 		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrNotFound)
@@ -292,9 +292,10 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 }
 
 // touch gives the CIDR of every touching fence the current revision.
+// A CIDR named by two touching fences is touched, and told, once.
 func (s *Store) touch(fences []store.Fence) {
-	for _, f := range fences {
-		if f.Touch {
+	for i, f := range fences {
+		if f.Touch && !slices.ContainsFunc(fences[:i], func(g store.Fence) bool { return g.Touch && g.CIDR == f.CIDR }) {
 			c := s.cidrs[f.CIDR]
 			c.Revision = s.rev
 			s.cidrs[f.CIDR] = c

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -121,9 +122,28 @@ func testTouchTwice(t *testing.T, s store.Store) {
 	c := mustCIDR(t, s, "c", "10.0.0.0/24")
 	touch := fenceOf(c)
 	touch.Touch = true
+	var r recorder
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := s.Watch(wctx, &r); err != nil {
+		t.Fatal(err)
+	}
 	rec := mustAddr(t, s, "10.0.0.5", "twice", touch, touch)
 	got, err := s.GetCIDR(ctx, "c")
 	if err != nil || got.Revision != rec.Revision {
 		t.Fatalf("a CIDR touched twice by one create: %+v, %v; want it at the record's revision %d", got, err, rec.Revision)
+	}
+	// One change of the CIDR, one event: a second would be a change that
+	// did not happen. The next write fences the events in. (CIDRPut sorts
+	// before AddressPut.)
+	mustAddr(t, s, "10.0.0.6", "after")
+	evs := r.waitEvents(t, 3)
+	var kinds []store.EventKind
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	slices.Sort(kinds) // the order within one revision is the store's
+	if want := []store.EventKind{store.CIDRPut, store.AddressPut, store.AddressPut}; !slices.Equal(kinds, want) {
+		t.Fatalf("events of a create touching one CIDR twice, then a create: %v, want %v", kinds, want)
 	}
 }

@@ -693,4 +693,41 @@ func testClosed(t *testing.T, s store.Store) {
 	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.1"), Parent: owner("a")}}); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("CreateAddresses after Close: %v, want ErrClosed", err)
 	}
+	// Whatever the input: a caller that takes ErrNotFound for "already
+	// gone" must not read it from a closed store.
+	bad := []netip.Addr{{}, ip("fe80::1%eth0"), ip("::ffff:10.0.0.1"), ip("10.0.0.1")}
+	calls := map[string]func(a netip.Addr) error{
+		"CreateAddresses": func(a netip.Addr) error {
+			_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: owner("a")}})
+			return err
+		},
+		"DeleteAddress":   func(a netip.Addr) error { _, _, err := s.DeleteAddress(ctx, a); return err },
+		"DeleteAddressAt": func(a netip.Addr) error { _, _, err := s.DeleteAddressAt(ctx, a, 1); return err },
+		"ReplaceAddressAt": func(a netip.Addr) error {
+			_, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: a, Parent: owner("b")}, 1)
+			return err
+		},
+		"GetAddress": func(a netip.Addr) error { _, err := s.GetAddress(ctx, a); return err },
+	}
+	for name, call := range calls {
+		for _, a := range bad {
+			if err := call(a); !errors.Is(err, store.ErrClosed) {
+				t.Errorf("%s(%q) after Close: %v, want ErrClosed", name, a, err)
+			}
+		}
+	}
+	for _, c := range []cidrset.CIDR{{}, {Name: "x", Prefixes: []netip.Prefix{{}}}, {Name: "x", Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}}} {
+		if _, err := s.CreateCIDR(ctx, c); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("CreateCIDR(%+v) after Close: %v, want ErrClosed", c, err)
+		}
+		if _, err := s.UpdateCIDR(ctx, c); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("UpdateCIDR(%+v) after Close: %v, want ErrClosed", c, err)
+		}
+		if err := s.DeleteCIDR(ctx, c.Name, 1); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("DeleteCIDR(%q) after Close: %v, want ErrClosed", c.Name, err)
+		}
+	}
+	if _, err := s.AddressesOf(ctx, owner("a")); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("AddressesOf after Close: %v, want ErrClosed", err)
+	}
 }
