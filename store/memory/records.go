@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -89,13 +90,16 @@ type records struct {
 
 	// scopes are interned: an entry names its owner's scope by index.
 	// A scope whose last record goes is freed and its index reused, so
-	// that namespaces come and go (CI, tenants) without piling up.
-	scopes     []scope
-	scopeIDs   map[scope]uint32
-	scopeLive  []uint32 // records per scope
-	freeScopes []uint32 // freed indexes
-	last       uint32   // the scope looked up last: most writes repeat it
-	lastOK     bool     // last names a live scope
+	// that namespaces come and go (CI, tenants) without piling up; not at
+	// once, but when the emptied ones outnumber maxEmptyScopes and half
+	// the interned ones (see dropScopeRecord).
+	scopes      []scope
+	scopeIDs    map[scope]uint32
+	scopeLive   []uint32 // records per scope
+	freeScopes  []uint32 // freed indexes
+	emptyScopes []uint32 // emptied since the last sweep; may repeat, may have records again
+	last        uint32   // the scope looked up last: most writes repeat it
+	lastOK      bool     // last names a live scope
 
 	warmed uint8 // the sum of what warm loaded, so that its loads are kept
 }
@@ -166,18 +170,37 @@ func (r *records) knownScope(p ipaddress.ParentRef) (uint32, bool) {
 	return id, ok
 }
 
-// dropScopeRecord counts one record fewer in scope id, freeing the scope
-// with its last record.
+// maxEmptyScopes is how many emptied scopes stay interned at least.
+const maxEmptyScopes = 64
+
+// dropScopeRecord counts one record fewer in scope id. A scope left
+// without records stays interned until a sweep: a scope whose only record
+// comes and goes (a namespace with one Service, re-created) would
+// otherwise be freed and interned again on every cycle, a map delete and
+// insert of three hashed strings each time. The sweep frees what is still
+// empty once the emptied outnumber maxEmptyScopes and half the interned:
+// amortized O(1), and at most that many empty scopes are kept.
 func (r *records) dropScopeRecord(id uint32) {
 	if r.scopeLive[id]--; r.scopeLive[id] > 0 {
 		return
 	}
-	delete(r.scopeIDs, r.scopes[id])
-	r.scopes[id] = scope{}
-	r.freeScopes = append(r.freeScopes, id)
-	if r.last == id {
-		r.lastOK = false
+	r.emptyScopes = append(r.emptyScopes, id)
+	if len(r.emptyScopes) <= max(maxEmptyScopes, len(r.scopeIDs)/2) {
+		return
 	}
+	slices.Sort(r.emptyScopes)
+	for _, id := range slices.Compact(r.emptyScopes) {
+		if r.scopeLive[id] > 0 {
+			continue // it has records again
+		}
+		delete(r.scopeIDs, r.scopes[id])
+		r.scopes[id] = scope{}
+		r.freeScopes = append(r.freeScopes, id)
+		if r.last == id {
+			r.lastOK = false
+		}
+	}
+	r.emptyScopes = r.emptyScopes[:0]
 }
 
 // ownerKey is an owner's interned scope and its hash in the owner table.

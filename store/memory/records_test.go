@@ -509,11 +509,13 @@ func TestScopesAreFreedWithTheirLastRecord(t *testing.T) {
 			}
 		}
 	}
-	if n := len(r.scopes); n > 1001 {
+	// Emptied scopes are freed in sweeps, keeping at most maxEmptyScopes
+	// (or half the interned) at a time.
+	if n := len(r.scopes); n > 1001+maxEmptyScopes {
 		t.Fatalf("%d scopes for at most 1001 ever live at once", n)
 	}
-	if n := len(r.scopeIDs); n != 1 {
-		t.Fatalf("%d scopes interned, want 1 (the kept owner's)", n)
+	if n := len(r.scopeIDs); n > 1+maxEmptyScopes {
+		t.Fatalf("%d scopes interned, want the kept owner's and at most %d emptied", n, maxEmptyScopes)
 	}
 	// A freed index, reused by a new scope, finds only its own records.
 	gone := owner("ns-4-999")
@@ -539,6 +541,28 @@ func TestScopesAreFreedWithTheirLastRecord(t *testing.T) {
 }
 
 // A refused locked create interns nothing.
+// A scope whose only record is deleted and put again, over and over (a
+// namespace with one Service, re-created), keeps its index: it is not
+// freed and interned again on every cycle.
+func TestAScopeWhoseOnlyRecordChurnsStaysInterned(t *testing.T) {
+	r := newRecords()
+	p := ipaddress.ParentRef{Resource: "services", Namespace: "lonely", Name: "svc"}
+	r.put(benchAddr(false, 0), p, 1700000000, 1)
+	id := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]
+	for i := range 10 * maxEmptyScopes {
+		if !r.remove(benchAddr(false, 0)) {
+			t.Fatal("record missing")
+		}
+		r.put(benchAddr(false, 0), p, 1700000000, int64(2+i))
+	}
+	if got, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]; !ok || got != id || len(r.scopes) != 1 || len(r.freeScopes) != 0 {
+		t.Fatalf("scope index %d (interned %v), %d scopes, %d free, after churn; want index %d kept, nothing freed", got, ok, len(r.scopes), len(r.freeScopes), id)
+	}
+	if got := r.of(p); len(got) != 1 || got[0].Parent != p {
+		t.Fatalf("records of the churned owner: %v", got)
+	}
+}
+
 func TestARefusedCreateInternsNoScope(t *testing.T) {
 	s := New()
 	held := netip.MustParseAddr("10.0.0.1")
