@@ -524,12 +524,26 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		return nil, err
 	}
 	keys := make([][]byte, len(recs))
+	var seen map[netip.Addr]bool // a batch's own duplicates, for a large batch
+	if len(recs) > 8 {
+		seen = make(map[netip.Addr]bool, len(recs))
+	}
 	for i, r := range recs {
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
 			return nil, err
 		}
 		if err := checkOwner(r.Parent); err != nil {
 			return nil, err
+		}
+		// Before the write lock, and linear in the batch.
+		dup := seen[r.Addr]
+		if seen != nil {
+			seen[r.Addr] = true
+		} else {
+			dup = slices.ContainsFunc(recs[:i], func(p ipaddress.IPAddress) bool { return p.Addr == r.Addr })
+		}
+		if dup {
+			return nil, &store.AddressExistsError{Addr: r.Addr}
 		}
 		keys[i] = appendAddrKey(make([]byte, 0, addrKeyLen), r.Addr)
 	}
@@ -539,11 +553,6 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		for i, r := range recs {
 			if addrs.Get(keys[i]) != nil {
 				return nil, &store.AddressExistsError{Addr: r.Addr}
-			}
-			for _, prev := range recs[:i] {
-				if prev.Addr == r.Addr {
-					return nil, &store.AddressExistsError{Addr: r.Addr}
-				}
 			}
 		}
 		if err := checkFences(tx, fences, rev); err != nil {

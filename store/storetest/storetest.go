@@ -320,6 +320,19 @@ func testAddressBatch(t *testing.T, s store.Store) {
 	if _, err := s.CreateAddresses(ctx, dup); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("batch naming one address twice: %v, want ErrExists", err)
 	}
+	// A larger batch (past the stores' small-batch shortcuts) with its
+	// duplicate at the end: refused whole, naming the address.
+	var big []ipaddress.IPAddress
+	for i := range 20 {
+		big = append(big, ipaddress.IPAddress{Addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), Parent: owner("big")})
+	}
+	big = append(big, ipaddress.IPAddress{Addr: ip("10.0.1.7"), Parent: owner("big")})
+	if _, err := s.CreateAddresses(ctx, big); !errors.As(err, &ex) || ex.Addr != ip("10.0.1.7") {
+		t.Fatalf("large batch naming 10.0.1.7 twice: %v, want an AddressExistsError naming it", err)
+	}
+	if recs, err := s.AddressesOf(ctx, owner("big")); err != nil || len(recs) != 0 {
+		t.Fatalf("a refused large batch stored %d records (%v)", len(recs), err)
+	}
 	dual := []ipaddress.IPAddress{{Addr: ip("10.0.0.4"), Parent: owner("d")}, {Addr: ip("fd00::4"), Parent: owner("d")}}
 	recs, err := s.CreateAddresses(ctx, dual)
 	if err != nil || len(recs) != 2 || recs[0].Revision != recs[1].Revision {
