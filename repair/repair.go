@@ -399,11 +399,13 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 
 // heir returns the consumer a wrongly owned record of a should go to: the
 // one consumer holding a, in a spelling that gets a record, with a inside
-// a CIDR. The pass's CIDRs may be stale, but none holding a can have gone
-// since: the record holds it.
+// a CIDR, and an owner the allocator would take (otherwise the record is
+// deleted, and the consumer's own repair reports why it gets none). The
+// pass's CIDRs may be stale, but none holding a can have gone since: the
+// record holds it.
 func (p *pass) heir(a netip.Addr) (ipaddress.ParentRef, bool) {
 	holders := p.holders[a]
-	if len(holders) != 1 || !p.holds[holders[0]][a] || !p.inRange(a) {
+	if len(holders) != 1 || !p.holds[holders[0]][a] || !p.inRange(a) || holders[0].Validate() != nil {
 		return ipaddress.ParentRef{}, false
 	}
 	return holders[0], true

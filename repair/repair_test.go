@@ -578,3 +578,62 @@ func TestRepairInsideATerminatingCIDRCountsNoAllocationError(t *testing.T) {
 		t.Fatalf("the repair counted failed allocations: %+v", obs.failed)
 	}
 }
+
+// SPEC §1: a ParentRef needs Resource and Name (DNS names). Every write
+// path of the allocator (Allocate, Restore) refuses an invalid owner; a
+// repair pass must not store a record whose parent no allocation could
+// have named, not even by handing a wrongly owned record to a consumer
+// that holds the address.
+func TestRepairNeverStoresARecordWithAnInvalidParent(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := memory.New(memory.WithClock(func() time.Time { return now }))
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	x := netip.MustParseAddr("10.0.0.7")
+	if _, err := a.Allocate(ctx, x, svc("gone")); err != nil {
+		t.Fatal(err)
+	}
+	bad := []ipaddress.ParentRef{
+		{Resource: "", Namespace: "default", Name: "no-resource"},
+		{Resource: "services", Namespace: "default", Name: "Not_A_DNS_Name"},
+	}
+	for _, ref := range bad {
+		if err := ref.Validate(); err == nil {
+			t.Fatalf("%+v is valid", ref)
+		}
+		// What the allocator says about this owner anywhere else.
+		if _, err := a.Restore(ctx, netip.MustParseAddr("10.0.0.9"), ref); err == nil {
+			t.Fatalf("Restore accepted owner %+v", ref)
+		}
+	}
+	for _, ref := range bad {
+		// The wrongly owned record, again if the last pass deleted it.
+		if _, err := st.GetAddress(ctx, x); errors.Is(err, store.ErrNotFound) {
+			if _, err := a.Allocate(ctx, x, svc("gone")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec, err := st.GetAddress(ctx, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &repair.Repairer{Allocator: a, LeakGrace: -1,
+			Consumers: repair.NewStatic(repair.Consumer{Ref: ref, Addrs: []string{x.String()}})}
+		rep, err := r.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gerr := st.GetAddress(ctx, x)
+		if gerr == nil && got.Parent.Validate() != nil {
+			t.Errorf("repair stored %s for parent %+v (invalid: %v), taken from %+v; events %v",
+				x, got.Parent, got.Parent.Validate(), rec.Parent, rep.Events)
+		}
+	}
+}

@@ -28,6 +28,14 @@ const (
 	// with an owner key. They are read as they are; DeleteAddress deletes
 	// their owner key with them.
 	legacyRecordVersion = 1
+	// replacedRecordVersion is that of a record ReplaceAddressAt gave to
+	// its owner: a layout-2 record whose key was rewritten, so that its
+	// revision (the key's ModRevision) is no longer the key's
+	// CreateRevision, which releases before ReplaceAddressAt took for a
+	// record's revision. They do not know this version and report the
+	// record as corrupt, rather than delete it on a revision read before
+	// the replacement.
+	replacedRecordVersion = 3
 )
 
 // CorruptError reports a key whose key or value this store cannot decode.
@@ -109,11 +117,14 @@ func decodeCIDR(b []byte) (cidrset.CIDR, error) {
 // its recordValue, byte for byte. When no owner field needs escaping (the
 // usual case) it is built directly, which costs a fraction of
 // json.Marshal's reflection on every allocation.
-func encodeRecord(r ipaddress.IPAddress) []byte {
+func encodeRecord(r ipaddress.IPAddress) []byte { return encodeRecordVersion(r, recordVersion) }
+
+// encodeRecordVersion is encodeRecord with version v (a single digit).
+func encodeRecordVersion(r ipaddress.IPAddress, v int) []byte {
 	p := r.Parent
 	if !plainJSON(p.Group) || !plainJSON(p.Resource) || !plainJSON(p.Namespace) || !plainJSON(p.Name) {
 		b, err := json.Marshal(recordValue{
-			V:         recordVersion,
+			V:         v,
 			Group:     p.Group,
 			Resource:  p.Resource,
 			Namespace: p.Namespace,
@@ -127,7 +138,7 @@ func encodeRecord(r ipaddress.IPAddress) []byte {
 	}
 	b := make([]byte, 0, 64+len(p.Group)+len(p.Resource)+len(p.Namespace)+len(p.Name))
 	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, recordVersion, 10)
+	b = strconv.AppendInt(b, int64(v), 10)
 	if p.Group != "" {
 		b = append(append(append(b, `,"group":"`...), p.Group...), '"')
 	}
@@ -177,7 +188,7 @@ func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 		}
 		return "", false
 	}
-	if !lit(`{"v":`) || len(b) < 2 || b[1] != ',' || (b[0] != '1' && b[0] != '2') {
+	if !lit(`{"v":`) || len(b) < 2 || b[1] != ',' || b[0] < '1' || b[0] > '3' {
 		return v, false
 	}
 	v.V, b = int(b[0]-'0'), b[1:]
@@ -234,8 +245,8 @@ func decodeRecord(b []byte) (ipaddress.IPAddress, int, error) {
 			return ipaddress.IPAddress{}, 0, err
 		}
 	}
-	if v.V != recordVersion && v.V != legacyRecordVersion {
-		return ipaddress.IPAddress{}, 0, fmt.Errorf("value version %d, want %d or %d", v.V, recordVersion, legacyRecordVersion)
+	if v.V != recordVersion && v.V != legacyRecordVersion && v.V != replacedRecordVersion {
+		return ipaddress.IPAddress{}, 0, fmt.Errorf("value version %d, want %d, %d or %d", v.V, legacyRecordVersion, recordVersion, replacedRecordVersion)
 	}
 	return ipaddress.IPAddress{
 		Parent:  ipaddress.ParentRef{Group: v.Group, Resource: v.Resource, Namespace: v.Namespace, Name: v.Name},

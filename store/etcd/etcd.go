@@ -44,6 +44,12 @@
 // the transaction that deletes its address key, so the owner keys go with
 // their addresses. The key format did not change, hence "v1" in every key.
 //
+// A record ReplaceAddressAt gave to its owner has "v":3: its revision is
+// its key's ModRevision, where releases before ReplaceAddressAt (which had
+// no such record) took the CreateRevision. They report such a record as
+// corrupt, and so never delete it on a revision read before the
+// replacement; their watches still count its address as taken.
+//
 // Layout-1 processes must not share a prefix with layout-2 ones; upgrade
 // every process on a prefix together. A layout-1 process reports "v":2
 // records as corrupt (GetAddress, DeleteAddress, ListAddresses), and its
@@ -836,7 +842,7 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, r
 		return ipaddress.IPAddress{}, err
 	}
 	out := ipaddress.IPAddress{Addr: rec.Addr, Parent: rec.Parent, Created: time.Unix(0, s.now().UnixNano())}
-	ops := []clientv3.Op{clientv3.OpPut(key, string(encodeRecord(out)))}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(encodeRecordVersion(out, replacedRecordVersion)))}
 	if version == legacyRecordVersion {
 		ops = append(ops, clientv3.OpDelete(s.ownerKey(old.Parent, rec.Addr)))
 	}

@@ -74,6 +74,8 @@ func FuzzRecordValue(f *testing.F) {
 	const key = "/p/v1/ips/4/0a000001"
 	a := netip.MustParseAddr("10.0.0.1")
 	f.Add([]byte(`{"v":2,"resource":"services","name":"a","created":-0}`))
+	f.Add(encodeRecordVersion(ipaddress.IPAddress{Parent: ipaddress.ParentRef{Resource: "services", Name: "replaced"}, Created: time.Unix(0, 7)}, replacedRecordVersion))
+	f.Add([]byte(`{"v":4,"resource":"services","name":"a","created":1}`))
 	f.Add([]byte(`{"v":2,"resource":"services","name":"a<b>","created":012}`))
 	f.Add([]byte(`{"v":1,"group":"g","resource":"r","namespace":"n","name":"x","created":9223372036854775808}`))
 	f.Fuzz(func(t *testing.T, b []byte) {

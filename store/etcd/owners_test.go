@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -284,6 +285,71 @@ func checkIndexMatches(t *testing.T, x *ownerIndex, model map[netip.Addr]ipaddre
 		at, ok := x.byAddr[a]
 		if !ok || at.o != x.byOwner[p] || at.i >= len(at.o.addrs) || at.o.addrs[at.i].addr != a {
 			t.Fatalf("%s (of %v) indexed at %+v", a, p, at)
+		}
+	}
+}
+
+// TestAReplacedRecordIsUnknownToReleasesBeforeIt: ReplaceAddressAt rewrites
+// a record's key, so its revision is the key's ModRevision, which no longer
+// equals its CreateRevision; releases before ReplaceAddressAt took the
+// CreateRevision for it, and one of them could delete the new owner's
+// record on the old owner's revision. The rewritten value has "v":3, which
+// those releases refuse to decode; this one reads it like any other, and a
+// layout-1 record it replaces loses its owner key.
+func TestAReplacedRecordIsUnknownToReleasesBeforeIt(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	c := startCluster(t, 1)
+	cli := c.newClient(t)
+	s, err := New(cli, WithPrefix("/replaced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "first"}
+	second := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "second"}
+	recs, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(1), Parent: first}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A layout-1 record too, with its owner key.
+	val := `{"v":1,"resource":"services","namespace":"default","name":"first","created":5}`
+	if _, err := cli.Txn(ctx).Then(clientv3.OpPut(s.addrKey(v4(2)), val), clientv3.OpPut(s.ownerKey(first, v4(2)), val)).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := s.GetAddress(ctx, v4(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, old := range []ipaddress.IPAddress{recs[0], legacy} {
+		cur, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: second}, old.Revision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, s.addrKey(old.Addr))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("reading the key back: %v", err)
+		}
+		kv := resp.Kvs[0]
+		if !strings.HasPrefix(string(kv.Value), `{"v":3,`) || kv.ModRevision != cur.Revision || kv.CreateRevision == cur.Revision {
+			t.Fatalf("replaced record of %s stored as %s (create %d, mod %d), returned at %d; want \"v\":3 at the replacement's revision", old.Addr, kv.Value, kv.CreateRevision, kv.ModRevision, cur.Revision)
+		}
+		if got, err := s.GetAddress(ctx, old.Addr); err != nil || got.Parent != second || got.Revision != cur.Revision {
+			t.Fatalf("GetAddress of a replaced record: %+v, %v; want %+v", got, err, cur)
+		}
+	}
+	if n := countKeys(t, ctx, cli, s.ownerPfx); n != 0 {
+		t.Fatalf("%d owner keys left after replacing the layout-1 record, want 0", n)
+	}
+	if got := addrsOf(t, ctx, s, second); !slices.Equal(got, []netip.Addr{v4(1), v4(2)}) {
+		t.Fatalf("AddressesOf(second) = %v", got)
+	}
+	all, err := s.ListAddresses(ctx)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("ListAddresses = %+v, %v", all, err)
+	}
+	for _, r := range all {
+		if _, _, err := s.DeleteAddressAt(ctx, r.Addr, r.Revision); err != nil {
+			t.Fatalf("DeleteAddressAt of a replaced record on its revision: %v", err)
 		}
 	}
 }
