@@ -582,6 +582,10 @@ func (p *pass) adopt(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr)
 			return nil, &allocator.RangeError{Addr: a}
 		}
 		c, err := p.a.GetCIDR(names[0])
+		if errors.Is(err, allocator.ErrNotFound) && attempt < 3 {
+			gone = append(gone, names[0]) // removed since the CIDRs were read
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -184,6 +184,9 @@ func (r *records) dropScopeRecord(id uint32) {
 	if r.scopeLive[id]--; r.scopeLive[id] > 0 {
 		return
 	}
+	if n := len(r.emptyScopes); n > 0 && r.emptyScopes[n-1] == id {
+		return // listed already: one scope churning is listed once
+	}
 	r.emptyScopes = append(r.emptyScopes, id)
 	if len(r.emptyScopes) <= max(maxEmptyScopes, len(r.scopeIDs)/2) {
 		return

@@ -555,8 +555,8 @@ func TestAScopeWhoseOnlyRecordChurnsStaysInterned(t *testing.T) {
 		}
 		r.put(benchAddr(false, 0), p, 1700000000, int64(2+i))
 	}
-	if got, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]; !ok || got != id || len(r.scopes) != 1 || len(r.freeScopes) != 0 {
-		t.Fatalf("scope index %d (interned %v), %d scopes, %d free, after churn; want index %d kept, nothing freed", got, ok, len(r.scopes), len(r.freeScopes), id)
+	if got, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]; !ok || got != id || len(r.scopes) != 1 || len(r.freeScopes) != 0 || len(r.emptyScopes) != 1 {
+		t.Fatalf("scope index %d (interned %v), %d scopes, %d free, %d listed empty, after churn; want index %d kept, listed once, never freed", got, ok, len(r.scopes), len(r.freeScopes), len(r.emptyScopes), id)
 	}
 	if got := r.of(p); len(got) != 1 || got[0].Parent != p {
 		t.Fatalf("records of the churned owner: %v", got)
