@@ -526,8 +526,8 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 				return sourcesOf(choices).failedAt(i), ErrAllocated
 			}
 			skip = append(skip, taken)
-		} else if cidr, ok := fencedCIDR(err); ok {
-			a.refreshCIDR(ctx, cidr)
+		} else if fence, ok := failedFence(err); ok {
+			a.refreshCIDR(ctx, fence)
 		} else {
 			return sourcesOf(choices), err
 		}
@@ -606,13 +606,13 @@ func takenAddr(err error) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// fencedCIDR returns the CIDR whose fence failed.
-func fencedCIDR(err error) (string, bool) {
+// failedFence returns the fence that failed.
+func failedFence(err error) (store.Fence, bool) {
 	var fe *store.FencedError
 	if errors.As(err, &fe) {
-		return fe.Fence.CIDR, true
+		return fe.Fence, true
 	}
-	return "", false
+	return store.Fence{}, false
 }
 
 // chooseLocked picks an address for every request, appended to out. On

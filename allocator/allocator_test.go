@@ -1488,3 +1488,95 @@ func TestObserverChargesACanceledRequestToNoCIDROverEveryStore(t *testing.T) {
 		})
 	}
 }
+
+// An allocation fenced out re-reads its CIDR; when the read finds it gone,
+// the index's copy goes too, but only the copy the allocation was fenced
+// on. A CIDR of the same name created since (the default CIDR replaced,
+// SPEC §8) that the watch applied meanwhile must stay, or the allocator
+// would serve nothing from a live CIDR until it next changed.
+func TestAFenceRefreshKeepsACIDRCreatedAgainSinceTheRead(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	h := &hookedStore{Store: st} // not store.Locked: the fenced retry path
+	a, err := allocator.New(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "kubernetes", pfx("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	h.beforeCreate = func() { // another process deletes the CIDR ...
+		c, err := st.GetCIDR(ctx, "kubernetes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Terminating = true
+		if c, err = st.UpdateCIDR(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteCIDR(ctx, "kubernetes", c.Revision); err != nil {
+			t.Fatal(err)
+		}
+		h.afterGetCIDR = func() { // ... and creates it again after the re-read
+			if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "kubernetes", Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, _ = a.AllocateNext(ctx, ipaddress.IPv4, svc("x"))
+	if h.afterGetCIDR != nil {
+		t.Fatal("the allocation did not re-read its CIDR")
+	}
+	stored, err := st.GetCIDR(ctx, "kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitRevision(ctx, stored.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := a.GetCIDR("kubernetes"); err != nil || c.Revision != stored.Revision {
+		t.Fatalf("index copy of the live CIDR: %+v, %v; want revision %d", c, err, stored.Revision)
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("y")); err != nil {
+		t.Fatalf("AllocateNext from the live CIDR: %v", err)
+	}
+}
+
+// SPEC §5: EnsureDefault makes sure the default CIDR exists, creating it
+// if missing. Another process removing it between EnsureDefault's read and
+// its single- to dual-stack update must not make it fail "not found".
+func TestEnsureDefaultCreatesADefaultRemovedSinceItsRead(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	h := &hookedStore{Store: st}
+	a, err := allocator.New(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	v4, v6 := pfx("10.96.0.0/28"), pfx("fd00::/120")
+	if _, err := a.EnsureDefault(ctx, v4); err != nil {
+		t.Fatal(err)
+	}
+	h.afterGetCIDR = func() {
+		c, err := st.GetCIDR(ctx, cidrset.DefaultName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Terminating = true
+		if c, err = st.UpdateCIDR(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteCIDR(ctx, cidrset.DefaultName, c.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := a.EnsureDefault(ctx, v4, v6)
+	if err != nil {
+		t.Fatalf("EnsureDefault(%v, %v) = %v; want the default CIDR created again", v4, v6, err)
+	}
+	if got, err := st.GetCIDR(ctx, cidrset.DefaultName); err != nil || !slices.Equal(got.Prefixes, []netip.Prefix{v4, v6}) || got.Terminating || got.Revision != c.Revision {
+		t.Fatalf("after EnsureDefault: %+v, %v; returned %+v", got, err, c)
+	}
+}

@@ -217,6 +217,9 @@ func (a *Allocator) EnsureDefault(ctx context.Context, prefixes ...netip.Prefix)
 		}
 		if len(cur.Prefixes) == 1 && len(prefixes) == 2 && cur.Prefixes[0] == prefixes[0] {
 			c, err := a.UpdateCIDR(ctx, cidrset.DefaultName, prefixes...)
+			if isNotFound(err) {
+				continue // removed since it was read: created again above
+			}
 			if err != nil {
 				return cidrset.CIDR{}, err
 			}

@@ -432,10 +432,11 @@ func (a *Allocator) WaitRevision(ctx context.Context, rev int64) error {
 	return nil
 }
 
-// refreshCIDR reads one CIDR from the store and applies it if it is newer
-// than the index's copy, so an allocation refused by a fence retries on
-// fresh data even when the watch lags.
-func (a *Allocator) refreshCIDR(ctx context.Context, name string) {
+// refreshCIDR reads the CIDR of a fence that failed from the store and
+// applies it if it is newer than the index's copy, so an allocation
+// refused by a fence retries on fresh data even when the watch lags.
+func (a *Allocator) refreshCIDR(ctx context.Context, failed store.Fence) {
+	name := failed.CIDR
 	c, err := a.st.GetCIDR(ctx, name)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -447,7 +448,11 @@ func (a *Allocator) refreshCIDR(ctx context.Context, name string) {
 		a.index.Put(c)
 		a.cidrChangedLocked(old.Prefixes, c.Prefixes)
 		a.recheckAfterPutLocked(c) // the watch's event for c will be skipped
-	case err != nil && known && isNotFound(err):
+	// Gone from the store: the index's copy goes too, but only if it is
+	// the one the allocation was fenced on (or older). A newer one is a
+	// CIDR of the same name created since the read, which the watch has
+	// applied meanwhile.
+	case err != nil && known && isNotFound(err) && old.Revision <= failed.Revision:
 		a.index.Delete(name)
 		a.cidrChangedLocked(old.Prefixes, nil)
 	}
