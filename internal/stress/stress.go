@@ -596,7 +596,9 @@ func (r *recorder) removable(c cidrset.CIDR) (bool, []netip.Addr) {
 func (h *Harness) quiescentCheck(ctx context.Context, when string) {
 	// Wait for removable Terminating CIDRs to go (background reconcilers),
 	// and for the store to stop changing.
-	deadline := time.Now().Add(4 * time.Second)
+	// Longer than the reconciler's longest backoff (10 s): a re-check that
+	// failed during the churn may wait that long before it runs again.
+	deadline := time.Now().Add(12 * time.Second)
 	var stuck []string
 	for {
 		stuck = stuck[:0]
@@ -616,7 +618,7 @@ func (h *Harness) quiescentCheck(ctx context.Context, when string) {
 	}
 	if len(stuck) > 0 {
 		sort.Strings(stuck)
-		h.violate("NoCIDRStuckTerminating", "%s: removable Terminating CIDRs still present after 4s: %v", when, stuck)
+		h.violate("NoCIDRStuckTerminating", "%s: removable Terminating CIDRs still present after 12s: %v", when, stuck)
 	}
 	// Let the store settle: no revision change over 100 ms.
 	var rev int64
