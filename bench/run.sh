@@ -10,7 +10,7 @@
 #                                       # scale: the core module's scale benchmarks)
 #
 # A run of some groups only writes everything, env.txt and tables included,
-# to results/rerun-<commit>/ (OUT=dir to choose), so that its tables hold
+# to results/rerun-<commit>/ (OUT=dir to choose; relative to bench/), so that its tables hold
 # only its own numbers and the full run's stay as they were; an unknown
 # group name is an error. Tables and the summary are built from the groups
 # the run made, never from files an earlier run left.
