@@ -1580,3 +1580,27 @@ func TestEnsureDefaultCreatesADefaultRemovedSinceItsRead(t *testing.T) {
 		t.Fatalf("after EnsureDefault: %+v, %v; returned %+v", got, err, c)
 	}
 }
+
+// SPEC §1 and §5: a default configuration that could not make a CIDR (two
+// prefixes of one family) is ErrInvalid, whether the default CIDR is
+// missing, stored with the first prefix, or stored different, rather than
+// ErrDefaultMismatch in the last case only.
+func TestEnsureDefaultRefusesAnInvalidConfigurationWhateverIsStored(t *testing.T) {
+	ctx := context.Background()
+	bad := []netip.Prefix{pfx("10.96.0.0/28"), pfx("10.97.0.0/28")}
+	for _, stored := range [][]netip.Prefix{nil, {pfx("10.96.0.0/28")}, {pfx("10.1.0.0/28")}} {
+		a, st := newAllocator(t, nil)
+		if stored != nil {
+			if _, err := a.EnsureDefault(ctx, stored...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := a.EnsureDefault(ctx, bad...)
+		if !errors.Is(err, allocator.ErrInvalid) || c.Name != "" {
+			t.Errorf("stored %v: EnsureDefault(%v) = %+v, %v; want ErrInvalid", stored, bad, c, err)
+		}
+		if got, err := st.GetCIDR(ctx, cidrset.DefaultName); stored != nil && (err != nil || !slices.Equal(got.Prefixes, stored)) {
+			t.Errorf("stored %v: after the refusal %+v, %v", stored, got, err)
+		}
+	}
+}

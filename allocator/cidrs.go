@@ -192,12 +192,16 @@ func (a *Allocator) terminatingOverlappingLocked(c cidrset.CIDR) []string {
 // with prefixes, creating it if missing. The one change it makes to an
 // existing default CIDR is single- to dual-stack, when the configuration
 // adds the other family and the first prefix matches; any other difference
-// is ErrDefaultMismatch and the stored CIDR is kept. A default CIDR being
-// deleted is returned as it is, Terminating, serving nothing: SPEC §5 asks
-// only that it exist. Once its deletion completes, EnsureDefault creates
-// it again.
+// is ErrDefaultMismatch and the stored CIDR is kept. Prefixes that could
+// not make a CIDR (two of one family, say) are ErrInvalid, whatever is
+// stored. A default CIDR being deleted is returned as it is, Terminating,
+// serving nothing: SPEC §5 asks only that it exist. Once its deletion
+// completes, EnsureDefault creates it again.
 func (a *Allocator) EnsureDefault(ctx context.Context, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
 	if err := a.checkOpen(); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	if err := (cidrset.CIDR{Name: cidrset.DefaultName, Prefixes: prefixes}).Validate(); err != nil {
 		return cidrset.CIDR{}, err
 	}
 	for {

@@ -62,7 +62,9 @@ func (f Family) Bits() int {
 
 // ParentRef names the owner of an address, for example the Service
 // default/kubernetes. Resource and Name are required; Group and Namespace
-// are optional. A ParentRef is immutable once its record is created.
+// are optional. A record's ParentRef is never changed in place: a store
+// gives an address to another owner only by writing a new record
+// (store.Store.ReplaceAddressAt, for repair), with a new revision.
 // The zero value is not a valid reference.
 type ParentRef struct {
 	Group     string
@@ -79,9 +81,9 @@ type IPAddress struct {
 	Parent ParentRef
 	// Created is when the record was stored; set by the store.
 	Created time.Time
-	// Revision is the store revision that created the record; set by the
-	// store, 0 before. Records are never updated, so it is also the last
-	// modification.
+	// Revision is the store revision that wrote the record; set by the
+	// store, 0 before. A record is never updated in place: a new owner of
+	// the address gets a new record, with a new revision.
 	Revision int64
 }
 

@@ -21,17 +21,22 @@ const (
 	// OutOfRange: a consumer's address lies in no CIDR (host containment,
 	// Terminating CIDRs included). Reported only (ClusterIPOutOfRange).
 	OutOfRange Kind = "OutOfRange"
-	// Repaired: a consumer's address had no record; one was created for
-	// that consumer ("not allocated; repairing").
+	// Repaired: a consumer's address had no record of its own; one was
+	// created for that consumer, or the record another owner held was
+	// handed to it ("not allocated; repairing").
 	Repaired Kind = "Repaired"
 	// Leak: a record whose parent no longer exists, older than the grace
-	// period, was deleted ("appears to have leaked: cleaning up").
+	// period, was deleted, or handed to the one consumer holding its
+	// address, as Repaired then says ("appears to have leaked: cleaning
+	// up").
 	Leak Kind = "Leak"
 	// LeakPending: as Leak, but the record is younger than the grace
 	// period: its parent may still be on its way. Checked again later.
 	LeakPending Kind = "LeakPending"
 	// WrongReference: a record whose parent exists but does not hold that
-	// address, older than the grace period, was deleted ("wrong reference").
+	// address, older than the grace period, was deleted, or handed to the
+	// one consumer holding the address, as Repaired then says ("wrong
+	// reference").
 	WrongReference Kind = "WrongReference"
 	// WrongReferencePending: as WrongReference, but the record is younger
 	// than the grace period: the parent may not have been updated yet with
@@ -129,7 +134,9 @@ func (e Event) String() string {
 // Report is the outcome of one repair pass.
 type Report struct {
 	// Events lists the findings in the order they were made: records
-	// first (leaks, wrong references), then consumers' addresses.
+	// first (leaks, wrong references), then consumers' addresses; a record
+	// handed to its consumer is followed at once by that consumer's
+	// Repaired, among the records' findings.
 	Events []Event
 	// Records and Consumers count what the pass looked at.
 	Records, Consumers int

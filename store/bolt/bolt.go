@@ -312,25 +312,20 @@ func readMetaRevision(tx *bbolt.Tx) (int64, error) {
 // Path returns the file the store is in.
 func (s *Store) Path() string { return s.path }
 
-// checkOpen returns the context's error or ErrClosed, for a call to give
-// before it looks at its input: after Close every call is ErrClosed.
+// checkOpen returns ErrClosed or the context's error, in that order, for a
+// call to give before it looks at its input: after Close every call is
+// ErrClosed, whatever else is wrong.
 func (s *Store) checkOpen(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	return nil
+	return ctx.Err()
 }
 
 // view runs fn in a read transaction.
 func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.checkOpen(ctx); err != nil {
 		return err
-	}
-	if s.closed.Load() {
-		return store.ErrClosed
 	}
 	err := guard(s.path, func() error { return s.db.View(fn) })
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
@@ -343,13 +338,13 @@ func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
 // revision if fn succeeds, and delivers fn's events to the watchers once the
 // transaction is committed (synced).
 func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]store.Event, error)) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
-		return store.ErrClosed
+		return store.ErrClosed // closed meanwhile
 	}
 	var evs []store.Event
 	err := guard(s.path, func() error {
@@ -828,13 +823,13 @@ func snapshot(tx *bbolt.Tx) (store.Snapshot, error) {
 // Watch implements store.Store. Reset gets a snapshot read in one
 // transaction; Apply runs in the writer's goroutine after each commit.
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
-		return store.ErrClosed
+		return store.ErrClosed // closed meanwhile
 	}
 	var snap store.Snapshot
 	err := guard(s.path, func() error {

@@ -19,7 +19,7 @@
 // Values are JSON objects with a version field "v":
 //
 //	CIDR:    {"v":1,"prefixes":["10.96.0.0/28"],"terminating":true,"created":<Unix ns>}
-//	address: {"v":2,"group":"","resource":"services","namespace":"default","name":"kubernetes","created":<Unix ns>}
+//	address: {"v":2,"resource":"services","namespace":"default","name":"kubernetes","created":<Unix ns>}
 //
 // "terminating", "group" and "namespace" are left out when empty. Names and
 // addresses are keys, never values; revisions are etcd's: a CIDR's Revision

@@ -107,14 +107,18 @@ func New(opts ...Option) *Store {
 	return s
 }
 
+// lock takes the store's lock for a call, or gives its refusal: ErrClosed
+// first (after Close every call is refused so, whatever else is wrong),
+// then the context's error.
 func (s *Store) lock(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return store.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return err
 	}
 	return nil
 }

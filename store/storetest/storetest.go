@@ -743,4 +743,22 @@ func testClosed(t *testing.T, s store.Store) {
 	if _, err := s.AddressesOf(ctx, owner("a")); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("AddressesOf after Close: %v, want ErrClosed", err)
 	}
+	// And whatever the context: closed is the lasting reason.
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for name, err := range map[string]error{
+		"GetCIDR": func() error { _, err := s.GetCIDR(ended, "x"); return err }(),
+		"CreateAddresses": func() error {
+			_, err := s.CreateAddresses(ended, []ipaddress.IPAddress{{Addr: ip("10.0.0.1"), Parent: owner("a")}})
+			return err
+		}(),
+		"DeleteAddress": func() error { _, _, err := s.DeleteAddress(ended, ip("10.0.0.1")); return err }(),
+		"ListAddresses": func() error { _, err := s.ListAddresses(ended); return err }(),
+		"Watch":         s.Watch(ended, &recorder{}),
+		"DeleteCIDR":    s.DeleteCIDR(ended, "x", 1),
+	} {
+		if !errors.Is(err, store.ErrClosed) {
+			t.Errorf("%s after Close with an ended context: %v, want ErrClosed", name, err)
+		}
+	}
 }
