@@ -90,20 +90,7 @@ func BenchmarkAllocVsRaw(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 		})
 		b.Run(fmt.Sprintf("alloc/callers=%d", callers), func(b *testing.B) {
-			run := runs.Add(1)
-			st, err := New(cli, WithPrefix(fmt.Sprintf("/bench/%d", run)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			a, err := allocator.New(ctx, st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			if _, err := a.CreateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/12")); err != nil {
-				b.Fatal(err)
-			}
+			a := benchAllocator(b, cli, fmt.Sprintf("/bench/%d", runs.Add(1)), "10.0.0.0/12")
 			elapsed, cpu := parallel(b, callers, func(i int) error {
 				owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("svc-%06d", i)}
 				_, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
@@ -117,19 +104,7 @@ func BenchmarkAllocVsRaw(b *testing.B) {
 		// first in every other pair (ABBA).
 		b.Run(fmt.Sprintf("paired/callers=%d", callers), func(b *testing.B) {
 			run := runs.Add(1)
-			st, err := New(cli, WithPrefix(fmt.Sprintf("/bench/%d", run)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			a, err := allocator.New(ctx, st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			if _, err := a.CreateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/12")); err != nil {
-				b.Fatal(err)
-			}
+			a := benchAllocator(b, cli, fmt.Sprintf("/bench/%d", run), "10.0.0.0/12")
 			raw := func(i int) error {
 				k := fmt.Sprintf("/raw/%d/%d", run, i)
 				_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, value)).Commit()
@@ -253,19 +228,7 @@ func runChunk(callers, from, n int, op func(i int) error) (time.Duration, error)
 func BenchmarkAllocateReleaseOverEtcd(b *testing.B) {
 	ctx := context.Background()
 	c := startCluster(b, 1)
-	st, err := New(c.newClient(b), WithPrefix("/bench-release"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.CreateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/16")); err != nil {
-		b.Fatal(err)
-	}
+	a := benchAllocator(b, c.newClient(b), "/bench-release", "10.0.0.0/16")
 	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "bench"}
 	for b.Loop() {
 		rec, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
@@ -276,4 +239,25 @@ func BenchmarkAllocateReleaseOverEtcd(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchAllocator returns an allocator over a store under prefix holding one
+// CIDR, "bench", of cidr; both are closed when b ends.
+func benchAllocator(b *testing.B, cli *clientv3.Client, prefix, cidr string) *allocator.Allocator {
+	b.Helper()
+	ctx := context.Background()
+	st, err := New(cli, WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	if _, err := a.CreateCIDR(ctx, "bench", netip.MustParsePrefix(cidr)); err != nil {
+		b.Fatal(err)
+	}
+	return a
 }
