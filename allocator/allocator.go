@@ -296,7 +296,8 @@ func (a *Allocator) checkOpen() error {
 func (a *Allocator) Store() store.Store { return a.st }
 
 // AllocateNext allocates a free address of family f to owner, from a live
-// CIDR chosen by the Policy, in its upper band first (KEP-3070).
+// CIDR chosen by the Policy, in its upper band first (KEP-3070). On a
+// full family it fails with ErrFull before owner is validated.
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
 	if err := a.checkOpen(); err != nil {
 		return ipaddress.IPAddress{}, err
@@ -378,11 +379,11 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 // static address is taken; done is then false and the general path, which
 // retries, maps the refusal and reports, takes over.
 func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.ParentRef, r request) (rec ipaddress.IPAddress, done bool, err error) {
+	if a.knownFull(r) {
+		return rec, true, ErrFull // whatever the owner: see allocateOnce
+	}
 	if err := owner.Validate(); err != nil {
 		return rec, true, err
-	}
-	if a.knownFull(r) {
-		return rec, true, ErrFull
 	}
 	if err := ctx.Err(); err != nil {
 		return rec, true, err
@@ -479,13 +480,25 @@ func (s sources) failedAt(i int) sources {
 // allocateOnce serves reqs atomically, retrying when another allocator won
 // a race for an address; it returns where the last choices came from.
 func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool, out *results) (sources, error) {
+	// A range known to be full fails the request whatever its owner, as
+	// the reference does: it finds no address before it builds an
+	// IPAddress to validate. It also keeps that failure cheap.
+	if a.knownFull(reqs...) {
+		if a.cfg.observer == nil {
+			return sourcesOf(nil), ErrFull
+		}
+		// The observer is told which CIDR the policy would have blamed,
+		// which takes mu. Room made since the mark was read is served below.
+		var buf [2]choice
+		a.mu.Lock()
+		choices, err := a.chooseLocked(reqs, nil, buf[:0])
+		a.mu.Unlock()
+		if errors.Is(err, ErrFull) {
+			return sourcesOf(choices).failedAt(len(choices) - 1), err
+		}
+	}
 	if err := owner.Validate(); err != nil {
 		return sourcesOf(nil), err
-	}
-	if a.knownFull(reqs...) && a.cfg.observer == nil {
-		// The observer is told which CIDR the policy would have blamed,
-		// which takes mu; without one, a full range fails here.
-		return sourcesOf(nil), ErrFull
 	}
 	var skip []netip.Addr // taken per the store, though the index did not know yet
 	for attempt := 0; ; attempt++ {

@@ -168,6 +168,50 @@ func TestRangeIsFullWhenEveryLiveCIDRIsFull(t *testing.T) {
 	}
 }
 
+// A range that cannot serve a request fails it with "range is full"
+// whatever its owner, as the reference finds no address before it builds
+// an IPAddress to validate; a range with room refuses a bad owner, and
+// creates nothing. Both hold with and without an observer (which take
+// different paths), and the observer is told the full CIDR.
+func TestFullRangeFailsTheRequestWhateverTheOwner(t *testing.T) {
+	ctx := context.Background()
+	bad := ipaddress.ParentRef{Resource: "Services", Name: "web"}
+	for _, observed := range []bool{false, true} {
+		rec := &recorder{}
+		var opts []allocator.Option
+		if observed {
+			opts = append(opts, allocator.WithObserver(rec))
+		}
+		a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/29"}, opts...)
+		if _, err := a.AllocateNext(ctx, ipaddress.IPv4, bad); !errors.Is(err, ipaddress.ErrInvalid) {
+			t.Fatalf("observed=%v: a bad owner with room: %v, want ErrInvalid", observed, err)
+		}
+		got := fill(t, a, ipaddress.IPv4, "s")
+		if all, err := st.ListAddresses(ctx); err != nil || len(all) != len(got) {
+			t.Fatalf("observed=%v: %d records (%v), want the %d allocated", observed, len(all), err, len(got))
+		}
+		rec.events = nil
+		_, err := a.AllocateNext(ctx, ipaddress.IPv4, bad)
+		if !errors.Is(err, allocator.ErrFull) || errors.Is(err, ipaddress.ErrInvalid) {
+			t.Fatalf("observed=%v: a bad owner on a full range: %v, want ErrFull alone", observed, err)
+		}
+		if _, _, err := a.AllocateDualStack(ctx, bad, netip.Addr{}, netip.Addr{}); !errors.Is(err, allocator.ErrFull) {
+			t.Fatalf("observed=%v: dual-stack, a bad owner, IPv4 full: %v, want ErrFull", observed, err)
+		}
+		if observed {
+			if len(rec.events) != 2 || rec.events[0].CIDR != "kubernetes" || !errors.Is(rec.events[0].Err, allocator.ErrFull) {
+				t.Fatalf("observer saw %+v, want two ErrFull events of kubernetes", rec.events)
+			}
+		}
+		if err := a.Release(ctx, got[0]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.AllocateNext(ctx, ipaddress.IPv4, bad); !errors.Is(err, ipaddress.ErrInvalid) {
+			t.Fatalf("observed=%v: a bad owner after a release: %v, want ErrInvalid", observed, err)
+		}
+	}
+}
+
 // A full range is known full from counters kept as the index changes, so
 // AllocateNext fails without waiting for the lock (here held by someone
 // else), and the range serves again as soon as an address is released or a

@@ -13,7 +13,9 @@ import (
 // Errors of the allocator. Messages match the Kubernetes allocator where it
 // has one. Test with errors.Is; the typed errors below add detail.
 var (
-	// ErrFull: no live CIDR of the family has a free address.
+	// ErrFull: no live CIDR of the family has a free address. A request
+	// for the next address of a full family gets it whatever its owner:
+	// as in the reference, no owner is checked when no address is found.
 	ErrFull = errors.New("range is full")
 	// ErrAllocated: the address is held already (by any owner, in any CIDR).
 	ErrAllocated = errors.New("provided IP is already allocated")
