@@ -81,13 +81,15 @@ func BenchmarkAllocRelease(b *testing.B) {
 }
 
 // BenchmarkAllocReleaseFloor is BenchmarkAllocRelease for Floor, a scale
-// for the others' numbers on this machine, not a competitor, in its two
+// for the others' numbers on this machine, not a competitor, in three
 // forms: owners in a Go map (floor), the least for records kept in a hash
-// table, and in an array indexed by address (floor-dense), the least for
-// a record per address at all.
+// table; in an array indexed by address (floor-dense), the least for a
+// record per address at all; and that array with an owner index
+// (floor-indexed), the least for records an owner's addresses can be
+// listed from, as netipam's AddressesOf does.
 func BenchmarkAllocReleaseFloor(b *testing.B) {
 	defer dropFixture()
-	for _, impl := range []string{ImplFloor, ImplFloorDense} {
+	for _, impl := range []string{ImplFloor, ImplFloorDense, ImplFloorIndexed} {
 		for _, p := range []netip.Prefix{p16, p12} {
 			for _, pct := range fills {
 				b.Run(fmt.Sprintf("impl=%s/prefix=%d/fill=%s", impl, p.Bits(), fmtFill(pct)), func(b *testing.B) {

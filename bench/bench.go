@@ -75,6 +75,8 @@ func New(impl string, prefix netip.Prefix) (Allocator, error) {
 		return NewFloor(prefix), nil
 	case ImplFloorDense:
 		return NewFloorDense(prefix), nil
+	case ImplFloorIndexed:
+		return NewFloorIndexed(prefix), nil
 	}
 	return nil, fmt.Errorf("unknown implementation %q", impl)
 }

@@ -13,7 +13,7 @@ import (
 var allImpls = []string{ImplNetipam, ImplNetipamSeq, ImplBitmap, ImplIPAddress}
 
 // testedImpls are the adapters the tests check: the compared ones and Floor.
-var testedImpls = append(allImpls[:len(allImpls):len(allImpls)], ImplFloor)
+var testedImpls = append(allImpls[:len(allImpls):len(allImpls)], ImplFloor, ImplFloorDense, ImplFloorIndexed)
 
 // TestAdapters checks that every adapter allocates distinct addresses inside
 // the prefix, honours static allocation, and frees what it releases.
@@ -127,5 +127,50 @@ func TestAddresses(t *testing.T) {
 	}
 	if got, want := Owner(255).Name, "service-0000000000000000000000ff"; got != want {
 		t.Fatalf("Owner(255) = %q, want %q", got, want)
+	}
+}
+
+// FloorIndexed keeps its owner index exact: an owner holds what it was
+// given until it is released, is forgotten with its last address, and its
+// slot is reused, so churn does not grow the index.
+func TestFloorIndexedKeepsItsOwnerIndex(t *testing.T) {
+	p := netip.MustParsePrefix("10.2.0.0/24")
+	f := NewFloorIndexed(p)
+	fillAddrs := Shuffled(p, 7)[:3]
+	if err := f.Fill(fillAddrs); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range fillAddrs {
+		if got := f.AddressesOf(Owner(i)); len(got) != 1 || got[0] != x {
+			t.Fatalf("Owner(%d) holds %v, want [%s]", i, got, x)
+		}
+	}
+	for round := range 3 {
+		x, err := f.AllocateNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner := cycleOwners[round]
+		if got := f.AddressesOf(owner); len(got) != 1 || got[0] != x {
+			t.Fatalf("round %d: the cycle owner holds %v, want [%s]", round, got, x)
+		}
+		if err := f.Release(x); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.AddressesOf(owner); len(got) != 0 {
+			t.Fatalf("round %d: after release the owner holds %v", round, got)
+		}
+		if len(f.byRef) != 3 || len(f.slots) != 4 {
+			t.Fatalf("round %d: %d owners in %d slots, want 3 in 4", round, len(f.byRef), len(f.slots))
+		}
+	}
+	if err := f.Release(fillAddrs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.AddressesOf(Owner(1)); len(got) != 0 {
+		t.Fatalf("Owner(1) after its release holds %v", got)
+	}
+	if got := f.AddressesOf(Owner(2)); len(got) != 1 || got[0] != fillAddrs[2] {
+		t.Fatalf("Owner(2) holds %v, want [%s]", got, fillAddrs[2])
 	}
 }

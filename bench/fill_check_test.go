@@ -33,6 +33,15 @@ func usedBy(tb testing.TB, a Allocator) int {
 		return x.A.Used()
 	case *Floor:
 		return int(x.bits.Count())
+	case *FloorIndexed:
+		indexed := 0
+		for _, slot := range x.byRef {
+			indexed += len(x.slots[slot].offs)
+		}
+		if n := int(x.bits.Count()); n != indexed {
+			tb.Fatalf("floor-indexed: %d addresses used, %d in its owner index", n, indexed)
+		}
+		return indexed
 	}
 	tb.Fatalf("unknown implementation %T", a)
 	return 0
@@ -56,6 +65,7 @@ func BenchmarkFixturesReachTheirFill(b *testing.B) {
 		{ImplNetipamSeq, []netip.Prefix{p20, p16, p112}},
 		{ImplBitmap, []netip.Prefix{p20, p16, p112}},
 		{ImplFloor, []netip.Prefix{p16}},
+		{ImplFloorIndexed, []netip.Prefix{p16}},
 		{ImplIPAddress, []netip.Prefix{p20}},
 	}
 	for _, c := range cases {

@@ -225,7 +225,8 @@ func fmtRatio(r float64) string {
 // floorTable prints netipam beside Floor (BenchmarkAllocReleaseFloor), if
 // the results hold it: a mutex and a bitmap, with owners in a Go map
 // (floor, the least for records in a hash table) and, where measured, in
-// an array indexed by address (floor-dense).
+// an array indexed by address (floor-dense), and that array with an owner
+// index (floor-indexed, the least that answers AddressesOf).
 func floorTable(w io.Writer, rs *results) {
 	const floorBench = "BenchmarkAllocReleaseFloor"
 	var rows []string
@@ -235,25 +236,28 @@ func floorTable(w io.Writer, rs *results) {
 			if !ok {
 				continue
 			}
-			dense := "–"
+			dense, indexed := "–", "–"
 			if dv, ok := rs.get(floorBench, "ns/op", "impl", "floor-dense", "prefix", p.bits, "fill", f); ok {
 				dense = fmtNs(dv)
+			}
+			if iv, ok := rs.get(floorBench, "ns/op", "impl", "floor-indexed", "prefix", p.bits, "fill", f); ok {
+				indexed = fmtNs(iv)
 			}
 			n, nok := rs.get(bench, "ns/op", "impl", "netipam", "prefix", p.bits, "fill", f)
 			ns, ratio := "–", "–"
 			if nok {
 				ns, ratio = fmtNs(n), fmtRatio(n/fv)
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", p.title, f, fmtNs(fv), dense, ns, ratio))
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", p.title, f, fmtNs(fv), dense, indexed, ns, ratio))
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### The floor: a mutex, a bitmap and owners in a Go map or an array, medians")
+	fmt.Fprintln(w, "### The floor: a mutex, a bitmap and owners in a Go map or an array (with an owner index or without), medians")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| prefix | fill % | floor | floor-dense | netipam | netipam / floor |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| prefix | fill % | floor | floor-dense | floor-indexed | netipam | netipam / floor |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		fmt.Fprintln(w, r)
 	}
