@@ -73,7 +73,8 @@ func WithPolicy(p Policy) Option { return func(c *config) { c.policy = p } }
 // WithExcluded keeps the given ranges out of every allocation, static or
 // dynamic (for example addresses used outside the allocator's control).
 // New refuses an invalid range, and one of IPv4-mapped addresses
-// (ErrInvalid).
+// (ErrInvalid): those are always excluded, and such a range is more likely
+// meant as the IPv4 range it spells.
 func WithExcluded(ranges ...netipx.IPRange) Option {
 	return func(c *config) { c.excluded = append(c.excluded, ranges...) }
 }
@@ -241,13 +242,17 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		if !r.IsValid() {
 			return nil, &ipaddress.FieldError{Field: "excluded", Value: r.String(), Detail: "must be a valid address range"}
 		}
-		// Filed by family, a mapped range would exclude nothing an
-		// allocation can reach: no record holds such an address.
+		// A mapped range is most likely meant as IPv4, which it would not
+		// exclude; the mapped block itself is always excluded (below).
 		if ipaddress.ValidateAddr(r.From()) != nil || ipaddress.ValidateAddr(r.To()) != nil {
 			return nil, &ipaddress.FieldError{Field: "excluded", Value: r.String(), Detail: "must not be a range of IPv4-mapped addresses"}
 		}
 		a.excluded[famIndex(r.From())].AddRange(u128.FromAddr(r.From()), u128.FromAddr(r.To()))
 	}
+	// No record may hold an IPv4-mapped address (SPEC §1), yet a valid IPv6
+	// prefix such as ::fffe:0:0/95 or ::/64 contains all of them: they are
+	// never offered, nor counted free.
+	a.excluded[1].AddRange(mappedBlock())
 	a.fin = finalizer.Reconciler{Store: st, View: view{a}}
 	// The watch outlives New, so its context is not ctx; but a store that
 	// cannot answer must not hold New past ctx.
@@ -932,7 +937,7 @@ func (a *Allocator) nextFreeLocked(pl *pool, from, to u128.U128, skip []netip.Ad
 			return x, false
 		}
 		next := x
-		if _, end, ok := a.excludedRunAt(fam, x); ok {
+		if _, end, ok := a.excludedRunAt(pl, x); ok {
 			next = end
 		} else if len(a.pending) > 0 && slices.Contains(a.pending, x.Addr(fam == 0)) {
 		} else if len(skip) > 0 && slices.Contains(skip, x.Addr(fam == 0)) {
@@ -949,13 +954,20 @@ func (a *Allocator) nextFreeLocked(pl *pool, from, to u128.U128, skip []netip.Ad
 	}
 }
 
-// excludedRunAt returns the excluded run holding x, if any; most
-// allocators exclude nothing, which is checked first.
-func (a *Allocator) excludedRunAt(fam int, x u128.U128) (start, end u128.U128, ok bool) {
-	if a.excluded[fam].Runs() == 0 {
+// mappedBlock returns the IPv4-mapped block, ::ffff:0:0/96, excluded from
+// every IPv6 pool.
+func mappedBlock() (first, last u128.U128) {
+	return u128.FromAddr(netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff})),
+		u128.FromAddr(netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: 0xff, 13: 0xff, 14: 0xff, 15: 0xff}))
+}
+
+// excludedRunAt returns the excluded run holding x, an address of pl, if
+// any; most pools hold no excluded address, which is checked first.
+func (a *Allocator) excludedRunAt(pl *pool, x u128.U128) (start, end u128.U128, ok bool) {
+	if pl.excluded.IsZero() {
 		return start, end, false
 	}
-	return a.excluded[fam].RunAt(x)
+	return a.excluded[pl.fam].RunAt(x)
 }
 
 // Release frees addr, whatever the state of the CIDR it is in. Releasing an

@@ -735,6 +735,41 @@ func TestExcludedRangesAreNeverAllocated(t *testing.T) {
 	}
 }
 
+// SPEC §1: no IPAddress is IPv4-mapped. A valid IPv6 prefix may still
+// contain the whole mapped block (::fffe:0:0/95's upper half is
+// ::ffff:0:0/96): those addresses are never offered, whatever the
+// strategy, the range is full when the rest is, and Usage does not count
+// them free.
+func TestIPv4MappedAddressesAreNeverOffered(t *testing.T) {
+	ctx := context.Background()
+	for _, strategy := range []allocator.Strategy{allocator.RandomStart(nil), allocator.Sequential()} {
+		a, _ := newAllocator(t, []string{"v6=::fffe:0:0/95"}, allocator.WithStrategy(strategy))
+		for i := range 64 {
+			r, err := a.AllocateNext(ctx, ipaddress.IPv6, svc(fmt.Sprint("s", i)))
+			if err != nil {
+				t.Fatalf("AllocateNext #%d: %v", i, err)
+			}
+			if r.Addr.Is4In6() {
+				t.Fatalf("AllocateNext #%d = %s, IPv4-mapped", i, r.Addr)
+			}
+		}
+		u, err := a.Usage("v6")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := u.Prefixes[0]
+		if want := p.Size.Sub(cidrset.CountOf(64 + 1<<32)); p.Used != cidrset.CountOf(64) || p.Free != want {
+			t.Fatalf("usage %+v: want 64 used and %v free (the mapped half is neither)", p.Usage, want)
+		}
+	}
+	// Only mapped addresses left (the rest excluded): the range is full.
+	rest := netipx.IPRangeFrom(ip("::fffe:0:1"), ip("::fffe:ffff:ffff"))
+	a, _ := newAllocator(t, []string{"v6=::fffe:0:0/95"}, allocator.WithExcluded(rest))
+	if r, err := a.AllocateNext(ctx, ipaddress.IPv6, svc("late")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("AllocateNext with only mapped addresses left = %s, %v; want ErrFull", r.Addr, err)
+	}
+}
+
 // An excluded range is filed under its family, where allocations look: a
 // range of IPv4-mapped addresses would exclude nothing they can reach, so
 // New refuses it rather than accept a range that does nothing.

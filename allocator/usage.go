@@ -13,7 +13,8 @@ import (
 // Usage counts the addresses of a prefix, a CIDR or a family. Counts are
 // exact up to 2^128-1. Size counts the addresses offered (section 2 of the
 // spec), Used those allocated, Free = Size - Used - excluded addresses not
-// allocated.
+// allocated. The IPv4-mapped block (::ffff:0:0/96), which some IPv6
+// prefixes contain, is always excluded: no record may hold such an address.
 type Usage struct {
 	Size, Used, Free cidrset.Count
 }

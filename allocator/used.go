@@ -90,7 +90,7 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	if !added {
 		return
 	}
-	excluded := a.excluded[fam].Runs() > 0 && a.excluded[fam].Contains(x)
+	excluded := a.excludedIn(pools, x)
 	for _, pl := range pools {
 		if excluded {
 			pl.excludedUsed = pl.excludedUsed.Inc()
@@ -115,6 +115,18 @@ func (a *Allocator) poolsHolding(fam int, x u128.U128) (pools []*pool, dense boo
 	return pools, dense
 }
 
+// excludedIn reports whether x, an address of pools (every pool holding
+// it), is excluded: only a pool holding an excluded address can say yes,
+// so most pools answer without a search.
+func (a *Allocator) excludedIn(pools []*pool, x u128.U128) bool {
+	for _, pl := range pools {
+		if !pl.excluded.IsZero() {
+			return a.excluded[pl.fam].Contains(x)
+		}
+	}
+	return false
+}
+
 // markFreeLocked removes addr from the used addresses, and has the
 // Terminating CIDRs containing it checked again.
 func (a *Allocator) markFreeLocked(addr netip.Addr) {
@@ -132,7 +144,7 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	if !removed {
 		return
 	}
-	excluded := a.excluded[fam].Runs() > 0 && a.excluded[fam].Contains(x)
+	excluded := a.excludedIn(pools, x)
 	for _, pl := range pools {
 		if excluded {
 			pl.excludedUsed = pl.excludedUsed.Dec()
