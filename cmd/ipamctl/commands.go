@@ -573,6 +573,11 @@ func parseConsumers(path string, data []byte) ([]repair.Consumer, error) {
 	if err := decodeStrict(data, &entries); err != nil {
 		return nil, usageErrorf("--consumers %s: %v (want a JSON array of {\"parentRef\": \"services/default/x\", \"addresses\": [\"10.96.0.1\"]})", path, err)
 	}
+	if entries == nil {
+		// null, what a broken export gives: read as no consumers, it would
+		// have every record deleted. An empty list is [].
+		return nil, usageErrorf("--consumers %s: null is not a list of owners; a store with no consumers is []", path)
+	}
 	out := make([]repair.Consumer, 0, len(entries))
 	for i, en := range entries {
 		var ref ipaddress.ParentRef

@@ -14,8 +14,13 @@ func FuzzParseConsumers(f *testing.F) {
 	f.Add([]byte(`[{"parentRef": "services/x", "address": ["10.96.0.1"]}]`))
 	f.Add([]byte(`[{"parentRef": "services/x", "addresses": []}] [1]`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(` null `))
+	f.Add([]byte(`[null]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		consumers, err := parseConsumers("fuzz.json", data)
+		if err == nil && consumers == nil {
+			t.Fatalf("%q: no error and no list: read as no consumers", data)
+		}
 		if err != nil {
 			var ue *usageError
 			if !errors.As(err, &ue) {

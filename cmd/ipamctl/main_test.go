@@ -389,6 +389,9 @@ func TestRepairRefusesAConsumersFileItCouldMisread(t *testing.T) {
 		"misspelt owner key": `[{"parentRef": {"resource": "services", "namespace": "default", "nmae": "kubernetes"}, "addresses": ["10.96.0.1"]}]`,
 		"an unknown key":     `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"], "ports": [443]}]`,
 		"trailing data":      `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"]}] []`,
+		// What jq gives for a misspelt key, and json.Marshal for a nil slice.
+		"null":         "null\n",
+		"a null entry": `[null]`,
 	} {
 		file := filepath.Join(t.TempDir(), "consumers.json")
 		if err := os.WriteFile(file, []byte(consumers), 0o600); err != nil {
