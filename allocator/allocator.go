@@ -1097,7 +1097,11 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 	return a.st.AddressesOf(ctx, owner)
 }
 
-// ReleaseOwner releases every address owner holds and returns them.
+// ReleaseOwner releases every address owner holds and returns those it
+// released. Each is released at the revision it was listed at: one freed
+// by someone else since, perhaps allocated to another owner by now, is
+// left alone and not returned. On an error, the addresses released before
+// it are returned with it.
 func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef) ([]netip.Addr, error) {
 	if err := a.checkOpen(); err != nil {
 		return nil, err
@@ -1108,10 +1112,15 @@ func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef)
 	}
 	var out []netip.Addr
 	for _, r := range recs {
-		if err := a.Release(ctx, r.Addr); err != nil && !errors.Is(err, store.ErrNotFound) {
+		err := a.ReleaseAt(ctx, r.Addr, r.Revision)
+		switch {
+		case err == nil:
+			out = append(out, r.Addr)
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
+			// Not owner's any more.
+		default:
 			return out, err
 		}
-		out = append(out, r.Addr)
 	}
 	return out, nil
 }

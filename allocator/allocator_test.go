@@ -844,6 +844,57 @@ func TestOwnerIndexFindsAndReleasesAnOwnersAddresses(t *testing.T) {
 	}
 }
 
+// afterListing is a store on which another allocator acts right after
+// the next AddressesOf, as one sharing an etcd store could.
+type afterListing struct {
+	store.Store
+	then func()
+}
+
+func (s *afterListing) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	recs, err := s.Store.AddressesOf(ctx, owner)
+	if f := s.then; f != nil {
+		s.then = nil
+		f()
+	}
+	return recs, err
+}
+
+// Uniqueness: ReleaseOwner frees only what the owner still holds. An
+// address it listed that another allocator released and gave to another
+// owner before it got there stays that owner's.
+func TestReleaseOwnerLeavesAnAddressReallocatedSinceItsListing(t *testing.T) {
+	ctx := context.Background()
+	other, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24"})
+	shared := &afterListing{Store: st}
+	a, err := allocator.New(ctx, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	moved, kept := ip("10.96.0.5"), ip("10.96.0.6")
+	mustStatic(t, other, moved.String(), "old")
+	mustStatic(t, other, kept.String(), "old")
+	shared.then = func() {
+		if err := other.Release(ctx, moved); err != nil {
+			t.Error(err)
+		}
+		if _, err := other.Allocate(ctx, moved, svc("web")); err != nil {
+			t.Error(err)
+		}
+	}
+	released, err := a.ReleaseOwner(ctx, svc("old"))
+	if err != nil || !slices.Equal(released, []netip.Addr{kept}) {
+		t.Fatalf("ReleaseOwner(old) = %v, %v; want [%s]", released, err, kept)
+	}
+	if rec, err := st.GetAddress(ctx, moved); err != nil || rec.Parent != svc("web") {
+		t.Fatalf("%s, given to web after the listing: %+v, %v", moved, rec, err)
+	}
+	if _, err := st.GetAddress(ctx, kept); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("%s of old: %v, want it released", kept, err)
+	}
+}
+
 func TestUsageCountsOverlappingCIDRsOnce(t *testing.T) {
 	a, _ := newAllocator(t, []string{"small=10.0.0.0/24", "big=10.0.0.0/23"})
 	mustStatic(t, a, "10.0.0.5", "a")
