@@ -120,7 +120,8 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 // It returns nil when the CIDR is gone, or a *DeletionBlockedError (matching
 // ErrDeletionBlocked) naming the addresses that hold it; the CIDR then stays
 // Terminating and is removed by the allocator once they are released or a
-// covering CIDR appears.
+// covering CIDR appears. The CIDR it marked may be removed, and another of
+// that name created, before it decides: that is nil too.
 func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	if err := a.checkOpen(); err != nil {
 		return err
@@ -150,6 +151,12 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	}
 	if res.Removed {
 		a.cfg.logger.Info("CIDR removed", "cidr", name)
+		return nil
+	}
+	if !res.CIDR.Terminating {
+		// No one clears the mark: the CIDR marked above is gone, and
+		// another writer has created one of that name since.
+		a.cfg.logger.Info("CIDR removed, and created again since", "cidr", name)
 		return nil
 	}
 	return &DeletionBlockedError{CIDR: name, Blocking: res.Blocking, More: res.More}

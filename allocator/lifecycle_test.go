@@ -141,3 +141,50 @@ func TestCloseEndsWaitsAndRefusesLaterCalls(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// afterCIDRUpdate is a store on which another writer acts right after the
+// next successful UpdateCIDR.
+type afterCIDRUpdate struct {
+	store.Store
+	then func(cidrset.CIDR)
+}
+
+func (s *afterCIDRUpdate) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
+	got, err := s.Store.UpdateCIDR(ctx, c)
+	if f := s.then; f != nil && err == nil {
+		s.then = nil
+		f(got)
+	}
+	return got, err
+}
+
+// DeleteCIDR marks a CIDR Terminating, then decides. If meanwhile the
+// marked CIDR is removed and another of the same name created, live, the
+// deletion asked for is done: not "Terminating, blocked" by no address.
+func TestDeleteCIDRRacedByARecreatedCIDRIsDone(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	shared := &afterCIDRUpdate{Store: st}
+	a, err := allocator.New(ctx, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "a", netip.MustParsePrefix("10.0.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	shared.then = func(marked cidrset.CIDR) {
+		if err := st.DeleteCIDR(ctx, "a", marked.Revision); err != nil {
+			t.Error(err)
+		}
+		if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "a", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}}); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := a.DeleteCIDR(ctx, "a"); err != nil {
+		t.Fatalf("DeleteCIDR(a), re-created live meanwhile: %v, want nil", err)
+	}
+	if c, err := st.GetCIDR(ctx, "a"); err != nil || c.Terminating {
+		t.Fatalf("the new a: %+v, %v; want it live", c, err)
+	}
+}
