@@ -1465,15 +1465,33 @@ func TestAReleaseWaitsForALaggingIndexAtMostFiveSeconds(t *testing.T) {
 // hookedStore runs a step of another process at a chosen point of this
 // one's calls: before its next address create, and after its next read of
 // a CIDR.
+// hookedStore runs each hook once, in whichever goroutine gets there
+// first (the allocator's background reconciler reads CIDRs too). Set the
+// hooks before the store is shared, or with setAfterGetCIDR.
 type hookedStore struct {
 	store.Store
+	mu           sync.Mutex
 	beforeCreate func()
 	afterGetCIDR func()
 }
 
+// take returns *hook and clears it.
+func (h *hookedStore) take(hook *func()) func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := *hook
+	*hook = nil
+	return f
+}
+
+func (h *hookedStore) setAfterGetCIDR(f func()) {
+	h.mu.Lock()
+	h.afterGetCIDR = f
+	h.mu.Unlock()
+}
+
 func (h *hookedStore) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
-	if f := h.beforeCreate; f != nil {
-		h.beforeCreate = nil
+	if f := h.take(&h.beforeCreate); f != nil {
 		f()
 	}
 	return h.Store.CreateAddresses(ctx, recs, fences...)
@@ -1481,8 +1499,7 @@ func (h *hookedStore) CreateAddresses(ctx context.Context, recs []ipaddress.IPAd
 
 func (h *hookedStore) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) {
 	c, err := h.Store.GetCIDR(ctx, name)
-	if f := h.afterGetCIDR; f != nil {
-		h.afterGetCIDR = nil
+	if f := h.take(&h.afterGetCIDR); f != nil {
 		f()
 	}
 	return c, err
@@ -1521,7 +1538,7 @@ func TestAFencedAllocationDoesNotBringBackACIDRRemovedMeanwhile(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	hooked.afterGetCIDR = func() {
+	hooked.setAfterGetCIDR(func() {
 		// The re-read is done; the other process removes l (nothing holds
 		// it) and the watch catches up before the allocator applies what
 		// it read.
@@ -1529,7 +1546,8 @@ func TestAFencedAllocationDoesNotBringBackACIDRRemovedMeanwhile(t *testing.T) {
 			t.Errorf("DeleteCIDR(l): %v", err)
 		}
 		lag.Flush()
-	}
+	})
+
 	if _, err := a.Allocate(ctx, ip("10.0.0.5"), svc("a")); err == nil {
 		t.Fatal("an allocation from a CIDR deleted meanwhile succeeded")
 	}
@@ -1636,6 +1654,7 @@ func TestAFenceRefreshKeepsACIDRCreatedAgainSinceTheRead(t *testing.T) {
 	if _, err := a.CreateCIDR(ctx, "kubernetes", pfx("10.0.0.0/24")); err != nil {
 		t.Fatal(err)
 	}
+	recreated := make(chan struct{})
 	h.beforeCreate = func() { // another process deletes the CIDR ...
 		c, err := st.GetCIDR(ctx, "kubernetes")
 		if err != nil {
@@ -1648,15 +1667,20 @@ func TestAFenceRefreshKeepsACIDRCreatedAgainSinceTheRead(t *testing.T) {
 		if err := st.DeleteCIDR(ctx, "kubernetes", c.Revision); err != nil {
 			t.Fatal(err)
 		}
-		h.afterGetCIDR = func() { // ... and creates it again after the re-read
+		// ... and creates it again after the re-read (the allocation's,
+		// or the background reconciler's, woken by the mark).
+		h.setAfterGetCIDR(func() {
+			defer close(recreated)
 			if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "kubernetes", Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}}); err != nil {
-				t.Fatal(err)
+				t.Error(err)
 			}
-		}
+		})
 	}
 	_, _ = a.AllocateNext(ctx, ipaddress.IPv4, svc("x"))
-	if h.afterGetCIDR != nil {
-		t.Fatal("the allocation did not re-read its CIDR")
+	select {
+	case <-recreated:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no one re-read the CIDR after the allocation was fenced out")
 	}
 	stored, err := st.GetCIDR(ctx, "kubernetes")
 	if err != nil {
@@ -1689,7 +1713,7 @@ func TestEnsureDefaultCreatesADefaultRemovedSinceItsRead(t *testing.T) {
 	if _, err := a.EnsureDefault(ctx, v4); err != nil {
 		t.Fatal(err)
 	}
-	h.afterGetCIDR = func() {
+	h.setAfterGetCIDR(func() {
 		c, err := st.GetCIDR(ctx, cidrset.DefaultName)
 		if err != nil {
 			t.Fatal(err)
@@ -1701,7 +1725,8 @@ func TestEnsureDefaultCreatesADefaultRemovedSinceItsRead(t *testing.T) {
 		if err := st.DeleteCIDR(ctx, cidrset.DefaultName, c.Revision); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
+
 	c, err := a.EnsureDefault(ctx, v4, v6)
 	if err != nil {
 		t.Fatalf("EnsureDefault(%v, %v) = %v; want the default CIDR created again", v4, v6, err)
