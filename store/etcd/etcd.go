@@ -67,9 +67,13 @@
 // applied, so AddressesOf first learns the current revision with one
 // linearizable read (of a key that is never written) and waits until the
 // index has applied it, asking etcd for a progress notification so that the
-// wait ends even when no address changed since. A caller therefore sees
-// every write that completed before its call, its own and any other
-// client's, and no answer is older than the call.
+// wait ends even when no address changed since. The index watches on a gRPC
+// stream of its own: etcd sends no progress notification on a stream while
+// any of its watchers starts past the current revision, as another watch of
+// the client (an allocator's) does when started or resumed after the latest
+// write. A caller therefore sees every write that completed before its
+// call, its own and any other client's, and no answer is older than the
+// call.
 //
 // A process that never calls AddressesOf pays nothing for the index. One
 // that does pays, on the first call, a listing of every record (about 1.2 s

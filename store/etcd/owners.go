@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
@@ -20,6 +23,13 @@ import (
 // revision asks etcd again for a progress notification: etcd drops the
 // request while the stream has a watcher still catching up.
 const progressEvery = 50 * time.Millisecond
+
+// streamMetadataKey is outgoing gRPC metadata that gives each owner index
+// a watch stream of its own (see watchFrom); etcd ignores it.
+const streamMetadataKey = "netipam-owner-index"
+
+// indexSeq numbers owner indexes in this process, for streamMetadataKey.
+var indexSeq atomic.Uint64
 
 // ownedAddr is one address of an owner, as the owner index keeps it.
 type ownedAddr struct {
@@ -47,6 +57,8 @@ type ownedAt struct {
 // included, then a watch of the address keys, until the store is closed.
 type ownerIndex struct {
 	s *Store
+	// id tells this index's watch stream from every other (see watchFrom).
+	id uint64
 
 	mu sync.Mutex
 	// rev is the revision the index reflects: every record created or
@@ -65,7 +77,7 @@ type ownerIndex struct {
 }
 
 func newOwnerIndex(s *Store) *ownerIndex {
-	x := &ownerIndex{s: s, advance: make(chan struct{})}
+	x := &ownerIndex{s: s, id: indexSeq.Add(1), advance: make(chan struct{})}
 	x.clearLocked()
 	return x
 }
@@ -188,7 +200,17 @@ func (x *ownerIndex) run(ctx context.Context) {
 // watchFrom runs one etcd watch of the address keys from rev+1 until it
 // ends, and returns why.
 func (x *ownerIndex) watchFrom(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// A gRPC stream of its own: the client shares one stream among the
+	// watches whose contexts carry the same outgoing metadata, and etcd
+	// answers a progress request only when every watcher on the stream is
+	// synced and starts at or before the current revision. A Store.Watch
+	// (an allocator's) or another Store's index on this client, started or
+	// resumed after the latest write, starts past it, and would hold back
+	// the notification that ends waitFor until etcd is written again.
+	// Alone on its stream, the index's watch, from rev+1, holds back only
+	// a wait for a revision the index has already reached.
+	md := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamMetadataKey, strconv.FormatUint(x.id, 10))
+	wctx, cancel := context.WithCancel(md)
 	defer cancel()
 	x.mu.Lock()
 	x.wctx = wctx
