@@ -55,10 +55,15 @@ func (e *AddressExistsError) Is(target error) bool { return target == ErrExists 
 // FencedError reports which fence failed. It matches ErrFenced.
 type FencedError struct {
 	Fence Fence
-	// Seen is the store's revision at which the fence was found broken
-	// (0 if unknown): a caller that decided from a view of the store can
-	// wait for its view to reach it before deciding again, rather than
-	// retry on the same stale view.
+	// Seen is a revision of the store at which the fence shows broken, and
+	// which every Watch of the store reaches: that of a change of the
+	// CIDR after Fence.Revision, or of a later write to the store, no
+	// later than the store's latest write when the fence was checked (0
+	// if unknown). It is not a revision of something else sharing the
+	// store's backend (another prefix, another application in the same
+	// etcd), which a Watch never delivers. A caller that decided from a
+	// view of the store can wait for its view to reach it before deciding
+	// again, rather than retry on the same stale view.
 	Seen int64
 }
 

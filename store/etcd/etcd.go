@@ -104,6 +104,12 @@
 // DeleteCIDR compare the CIDR's ModRevision, and DeleteCIDR the fences'
 // too. A batch may hold at most MaxBatch addresses.
 //
+// A *store.FencedError's Seen is the revision of the fenced CIDR's last
+// change or, if it is gone, of its first change after the fence's revision
+// (read with a watch of its key from there; 0 if that history is
+// compacted): a revision every Watch of the store delivers, where etcd's
+// current one may be another key's.
+//
 // A create, once sent, is not canceled with the caller's ctx: etcd may
 // apply it all the same. CreateAddresses waits up to 5 s past ctx for
 // etcd's answer, so that a create etcd applied is reported as done, with
@@ -482,14 +488,58 @@ func zeroFence(fences []store.Fence) error {
 }
 
 // failedFence returns the first fence that the reads rs (one per fence),
-// made at revision seen, show to be broken, or nil.
-func failedFence(fences []store.Fence, rs []*clientv3.GetResponse, seen int64) error {
+// made at revision at, show to be broken, or nil.
+func (s *Store) failedFence(ctx context.Context, fences []store.Fence, rs []*clientv3.GetResponse, at int64) error {
 	for i, f := range fences {
 		if kvs := rs[i].Kvs; len(kvs) == 0 || kvs[0].ModRevision != f.Revision {
-			return &store.FencedError{Fence: f, Seen: seen}
+			return s.fenced(ctx, f, kvs, at)
 		}
 	}
 	return nil
+}
+
+// fenced returns the *store.FencedError of fence f, which a read at
+// revision at found broken (kvs: the CIDR's key, as read). Its Seen is the
+// revision of a change of that key, which every watch of the store
+// delivers; at is etcd's revision, maybe of another key (another prefix's,
+// another application's), which no watch of the store would reach.
+func (s *Store) fenced(ctx context.Context, f store.Fence, kvs []*mvccpb.KeyValue, at int64) error {
+	if len(kvs) > 0 {
+		return &store.FencedError{Fence: f, Seen: kvs[0].ModRevision}
+	}
+	return &store.FencedError{Fence: f, Seen: s.firstChange(ctx, s.cidrKey(f.CIDR), f.Revision, at)}
+}
+
+// firstChangeWait bounds firstChange's watch, which etcd answers from its
+// history at once.
+const firstChangeWait = 2 * time.Second
+
+// firstChange returns the revision of the first change of key after
+// revision rev, key being gone at revision at (a read cannot tell when a
+// key was deleted; a watch from rev+1 tells its first change since). It
+// returns 0 when that cannot be learned: the history is compacted, or key
+// did not have revision rev.
+func (s *Store) firstChange(ctx context.Context, key string, rev, at int64) int64 {
+	// Only if key had revision rev is a change up to at sure to come: else
+	// the watch might wait for one that never does.
+	resp, err := s.cli.Get(ctx, key, clientv3.WithRev(rev), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
+		return 0
+	}
+	wctx, cancel := context.WithTimeout(ctx, firstChangeWait)
+	defer cancel()
+	for wr := range s.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if wr.Err() != nil || wr.Canceled {
+			return 0
+		}
+		if len(wr.Events) > 0 {
+			if r := wr.Events[0].Kv.ModRevision; r <= at {
+				return r
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 func rangeResponses(resp *clientv3.TxnResponse, from int) []*clientv3.GetResponse {
@@ -533,7 +583,7 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 	} else if kvs[0].ModRevision != rev {
 		return fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, kvs[0].ModRevision, rev, store.ErrConflict)
 	}
-	if err := failedFence(fences, rs[1:], resp.Header.Revision); err != nil {
+	if err := s.failedFence(ctx, fences, rs[1:], resp.Header.Revision); err != nil {
 		return err
 	}
 	return fmt.Errorf("CIDR %q: delete refused for no reason etcd showed: %w", name, store.ErrConflict)
@@ -627,7 +677,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			return nil, s.wrap("create addresses", err)
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != f.Revision {
-			return nil, &store.FencedError{Fence: f, Seen: resp.Header.Revision}
+			return nil, s.fenced(ctx, f, resp.Kvs, resp.Header.Revision)
 		}
 		puts = append(puts, clientv3.OpPut(key, string(resp.Kvs[0].Value)))
 	}
@@ -682,7 +732,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 				return nil, &store.AddressExistsError{Addr: r.Addr}
 			}
 		}
-		if err := failedFence(fences, rs[len(recs):], why.Header.Revision); err != nil {
+		if err := s.failedFence(ctx, fences, rs[len(recs):], why.Header.Revision); err != nil {
 			return nil, err
 		}
 		if attempt >= maxCreateAttempts {

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AddressReplaceAtKeepsTheAddressHeld", testAddressReplaceAt},
 		{"AddressBatchIsAllOrNothing", testAddressBatch},
 		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
+		{"FencedSeenIsReachedByAWatch", testFencedSeen},
 		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
 		{"OwnerIndex", testOwnerIndex},
 		{"RevisionsStrictlyIncrease", testRevisions},
@@ -340,6 +341,66 @@ func testAddressBatch(t *testing.T, s store.Store) {
 	}
 }
 
+// testFencedSeen checks FencedError.Seen: a revision at which the fence
+// shows broken, no later than the store's latest write, that a Watch
+// started before reaches. A caller waits for its view to reach it.
+func testFencedSeen(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	var r recorder
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := s.Watch(wctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	c := mustCIDR(t, s, "changed", "10.0.0.0/24")
+	d := mustCIDR(t, s, "deleted", "10.1.0.0/24")
+	kept := mustCIDR(t, s, "kept", "10.2.0.0/24")
+	upd := c.Clone()
+	upd.Terminating = true
+	changed, err := s.UpdateCIDR(ctx, upd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteCIDR(ctx, d.Name, d.Revision); err != nil {
+		t.Fatal(err)
+	}
+	last := mustAddr(t, s, "10.2.0.1", "last") // the store's latest write
+	touching := func(f store.Fence) store.Fence {
+		f.Touch = true
+		return f
+	}
+	for _, tc := range []struct {
+		fence store.Fence
+		after int64 // Seen is at least this: the fence broke then or later
+	}{
+		{fenceOf(c), changed.Revision},
+		{touching(fenceOf(c)), changed.Revision},
+		{fenceOf(d), d.Revision + 1},
+		{touching(fenceOf(d)), d.Revision + 1},
+	} {
+		for _, call := range []struct {
+			name string
+			do   func() error
+		}{
+			{"CreateAddresses", func() error {
+				_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.9"), Parent: owner("x")}}, tc.fence)
+				return err
+			}},
+			{"DeleteCIDR", func() error { return s.DeleteCIDR(ctx, kept.Name, kept.Revision, tc.fence) }},
+		} {
+			var fe *store.FencedError
+			if err := call.do(); !errors.As(err, &fe) || fe.Fence != tc.fence {
+				t.Fatalf("%s fenced on %+v: %v, want a FencedError naming it", call.name, tc.fence, err)
+			}
+			// The store has the CIDR's history here, so Seen is known.
+			if fe.Seen < tc.after || fe.Seen > last.Revision {
+				t.Fatalf("%s fenced on %+v: Seen = %d, want from %d (the fence broke) to %d (the store's latest write)", call.name, tc.fence, fe.Seen, tc.after, last.Revision)
+			}
+			r.waitRevision(t, fe.Seen)
+		}
+	}
+}
+
 func testAddressFence(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	c := mustCIDR(t, s, "c", "10.0.0.0/24")
@@ -464,6 +525,7 @@ type recorder struct {
 	mu     sync.Mutex
 	resets []store.Snapshot
 	events []store.Event
+	rev    int64 // the revision of the last Reset or Apply
 }
 
 func (r *recorder) Reset(s store.Snapshot) {
@@ -471,12 +533,32 @@ func (r *recorder) Reset(s store.Snapshot) {
 	defer r.mu.Unlock()
 	r.resets = append(r.resets, s)
 	r.events = nil
+	r.rev = s.Revision
 }
 
 func (r *recorder) Apply(e store.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
+	r.rev = e.Revision
+}
+
+// waitRevision waits until the watch has delivered revision rev.
+func (r *recorder) waitRevision(t *testing.T, rev int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r.mu.Lock()
+		at := r.rev
+		r.mu.Unlock()
+		if at >= rev {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch at revision %d, never reached %d", at, rev)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (r *recorder) waitEvents(t *testing.T, n int) []store.Event {
