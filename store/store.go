@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,20 +76,36 @@ func (e *FencedError) Error() string {
 // Is makes errors.Is(err, ErrFenced) true.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
-// CheckCIDR reports whether c can be stored: it needs a name, and every
-// prefix must be valid, so that a store can read back what it writes. It
-// is not the validation of SPEC §1 (cidrset.Validate), which the allocator
-// applies before a store sees the CIDR; a Store given a CIDR directly must
-// still refuse what it could not decode. The error is an
-// *ipaddress.FieldError.
+// CheckCIDR reports whether c can be stored: its name must pass
+// CheckCIDRName, and every prefix must be valid, so that a store can read
+// back what it writes. It is not the validation of SPEC §1
+// (cidrset.Validate), which the allocator applies before a store sees the
+// CIDR; a Store given a CIDR directly must still refuse what it could not
+// decode. The error is an *ipaddress.FieldError.
 func CheckCIDR(c cidrset.CIDR) error {
-	if c.Name == "" {
-		return &ipaddress.FieldError{Field: "metadata.name"}
+	if err := CheckCIDRName(c.Name); err != nil {
+		return err
 	}
 	for i, p := range c.Prefixes {
 		if !p.IsValid() {
 			return &ipaddress.FieldError{Field: fmt.Sprintf("spec.cidrs[%d]", i), Value: p.String(), Detail: "must be a valid prefix"}
 		}
+	}
+	return nil
+}
+
+// CheckCIDRName reports whether name can name a stored CIDR: it must not
+// be empty, nor hold a "/", which the etcd store's keys use as a separator
+// (such a name's key would read as another store's). Every store refuses
+// it alike, so that what one stores any other can. No CIDR has a name it
+// refuses: GetCIDR and DeleteCIDR answer ErrNotFound for one, and a Fence
+// naming one fails. The error is an *ipaddress.FieldError.
+func CheckCIDRName(name string) error {
+	if name == "" {
+		return &ipaddress.FieldError{Field: "metadata.name"}
+	}
+	if strings.Contains(name, "/") {
+		return &ipaddress.FieldError{Field: "metadata.name", Value: name, Detail: `must not contain "/"`}
 	}
 	return nil
 }

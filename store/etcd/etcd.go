@@ -12,7 +12,10 @@
 //	<prefix>/v1/ips/6/<32 hex digits>       an IPv6 address record
 //
 // Address keys hold the address as fixed-width lower-case hex, so key order is
-// numeric order and the addresses of a prefix are one key range.
+// numeric order and the addresses of a prefix are one key range. A CIDR's
+// name has no "/" (store.CheckCIDRName): a key under the CIDR prefix with
+// one more "/" is none of the store's, and GetCIDR, DeleteCIDR and fences
+// never read or write the key of a name with one.
 //
 // # Values
 //
@@ -352,7 +355,8 @@ func (s *Store) cidrKey(name string) string { return s.cidrPfx + name }
 
 // nested reports whether the rest of a key under the CIDR prefix, which
 // names a CIDR, is rather a key of a store nested under it: no CIDR name
-// has a "/". Such keys are none of this store's, and are skipped.
+// has a "/" (store.CheckCIDRName). Such keys are none of this store's, and
+// are skipped.
 func nested(name string) bool { return strings.IndexByte(name, '/') >= 0 }
 func (s *Store) addrKey(a netip.Addr) string {
 	b := make([]byte, 0, len(s.ipPfx)+34)
@@ -380,7 +384,8 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	}
 	defer s.end()
 	// A value decodeCIDR refuses would break every later Watch of the
-	// prefix.
+	// prefix; the key of a name with a "/" would read as a nested store's,
+	// and no Watch would show the CIDR.
 	if err := store.CheckCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
@@ -456,8 +461,8 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	return c, nil
 }
 
-// fenceCmp returns the comparison of a fence, whose revision must be
-// positive (see zeroFence).
+// fenceCmp returns the comparison of a fence, which must not be one
+// neverHolds refuses.
 func (s *Store) fenceCmp(f store.Fence) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(s.cidrKey(f.CIDR)), "=", f.Revision)
 }
@@ -474,13 +479,16 @@ func (s *Store) fenceCmps(fences []store.Fence) ([]clientv3.Cmp, []clientv3.Op) 
 	return cmps, gets
 }
 
-// zeroFence returns a *store.FencedError for the first fence of revision
-// <= 0, or nil. Revisions start at 1, so such a fence never holds; but etcd
-// reads the ModRevision of a missing key as 0, so its compare would hold for
-// a missing CIDR. It must be refused before any compare.
-func zeroFence(fences []store.Fence) error {
+// neverHolds returns a *store.FencedError for the first fence that cannot
+// hold, or nil: one of revision <= 0, or naming no CIDR (a name
+// store.CheckCIDRName refuses). Revisions start at 1, so the first never
+// holds; but etcd reads the ModRevision of a missing key as 0, so its
+// compare would hold for a missing CIDR. The key of the second may be
+// another store's, whose revision the compare would read and a Touch
+// change. Both must be refused before any compare.
+func neverHolds(fences []store.Fence) error {
 	for _, f := range fences {
-		if f.Revision <= 0 {
+		if f.Revision <= 0 || store.CheckCIDRName(f.CIDR) != nil {
 			return &store.FencedError{Fence: f}
 		}
 	}
@@ -556,13 +564,17 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 		return err
 	}
 	defer s.end()
+	if store.CheckCIDRName(name) != nil {
+		// No CIDR has it, and its key may be another store's.
+		return fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+	}
 	key := s.cidrKey(name)
 	cmps, gets := s.fenceCmps(fences)
 	gets = append([]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}, gets...)
 	// A revision <= 0 never matches, but its compare would hold for a
-	// missing key (see zeroFence): then only read why the delete fails, in
-	// the order the checks below expect.
-	refused := rev <= 0 || zeroFence(fences) != nil
+	// missing key (see neverHolds): then only read why the delete fails,
+	// in the order the checks below expect.
+	refused := rev <= 0 || neverHolds(fences) != nil
 	txn := s.cli.Txn(ctx)
 	if refused {
 		txn = txn.Then(gets...)
@@ -583,6 +595,9 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 	} else if kvs[0].ModRevision != rev {
 		return fmt.Errorf("CIDR %q at revision %d, not %d: %w", name, kvs[0].ModRevision, rev, store.ErrConflict)
 	}
+	if err := neverHolds(fences); err != nil {
+		return err
+	}
 	if err := s.failedFence(ctx, fences, rs[1:], resp.Header.Revision); err != nil {
 		return err
 	}
@@ -595,6 +610,10 @@ func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) 
 		return cidrset.CIDR{}, err
 	}
 	defer s.end()
+	if store.CheckCIDRName(name) != nil {
+		// No CIDR has it, and its key may be another store's.
+		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", name, store.ErrNotFound)
+	}
 	c, found, err := s.getCIDR(ctx, name)
 	if err != nil {
 		return cidrset.CIDR{}, err
@@ -636,7 +655,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			}
 		}
 	}
-	if err := zeroFence(fences); err != nil {
+	if err := neverHolds(fences); err != nil {
 		return nil, err
 	}
 	created := time.Unix(0, s.now().UnixNano())

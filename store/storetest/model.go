@@ -35,7 +35,7 @@ var (
 	modelAddrs    = []netip.Addr{ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"), ip("fd00::1"), ip("fd00::2"), ip("::")}
 	modelOwners   = []ipaddress.ParentRef{owner("o1"), owner("o2"), owner("o3")}
 
-	badName   = ""
+	badNames  = []string{"", "a/b"}
 	badPrefix = netip.Prefix{}
 	// Each is what a careless key encoding maps onto a stored address.
 	badAddrs = []netip.Addr{{}, ip("fd00::1%eth0"), ip("::ffff:10.0.0.1")}
@@ -43,7 +43,7 @@ var (
 
 func pickName(rng *rand.Rand) string {
 	if rng.IntN(10) == 0 {
-		return badName
+		return pick(rng, badNames)
 	}
 	return pick(rng, modelNames)
 }

@@ -91,6 +91,8 @@ func testUnstorableCIDRs(t *testing.T, s store.Store) {
 		{Name: "zero", Prefixes: []netip.Prefix{{}}},
 		{Name: "second-zero", Prefixes: []netip.Prefix{pfx("10.0.0.0/24"), {}}},
 		{Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}},
+		// The etcd store would take its key for a nested store's.
+		{Name: "a/b", Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}},
 	} {
 		if got, err := s.CreateCIDR(ctx, c); !errors.Is(err, ipaddress.ErrInvalid) {
 			t.Errorf("CreateCIDR(%+v) = %+v, %v; want ipaddress.ErrInvalid", c, got, err)
@@ -110,6 +112,22 @@ func testUnstorableCIDRs(t *testing.T, s store.Store) {
 	}
 	if got, err := s.GetCIDR(ctx, c.Name); err != nil || got.Revision != c.Revision || !slices.Equal(got.Prefixes, c.Prefixes) {
 		t.Errorf("after a refused update: %+v, %v; want %+v", got, err, c)
+	}
+	// A name no CIDR can have: not found, nor does a fence on it hold.
+	if _, err := s.UpdateCIDR(ctx, cidrset.CIDR{Name: "a/b", Revision: c.Revision, Prefixes: c.Prefixes}); !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Errorf("UpdateCIDR(a/b): %v, want ipaddress.ErrInvalid", err)
+	}
+	if err := s.DeleteCIDR(ctx, "a/b", c.Revision); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteCIDR(a/b): %v, want ErrNotFound", err)
+	}
+	for _, f := range []store.Fence{{CIDR: "a/b", Revision: c.Revision}, {CIDR: "a/b", Revision: c.Revision, Touch: true}} {
+		var fe *store.FencedError
+		if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.9"), Parent: owner("a")}}, f); !errors.As(err, &fe) || fe.Fence != f {
+			t.Errorf("CreateAddresses fenced on %+v: %v, want a FencedError naming it", f, err)
+		}
+		if err := s.DeleteCIDR(ctx, c.Name, c.Revision, f); !errors.As(err, &fe) || fe.Fence != f {
+			t.Errorf("DeleteCIDR(%s) fenced on %+v: %v, want a FencedError naming it", c.Name, f, err)
+		}
 	}
 	// The store still watches: nothing it cannot decode was written.
 	if err := s.Watch(ctx, &recorder{}); err != nil {
