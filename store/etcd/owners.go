@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -27,9 +27,6 @@ const progressEvery = 50 * time.Millisecond
 // streamMetadataKey is outgoing gRPC metadata that gives each owner index
 // a watch stream of its own (see watchFrom); etcd ignores it.
 const streamMetadataKey = "netipam-owner-index"
-
-// indexSeq numbers owner indexes in this process, for streamMetadataKey.
-var indexSeq atomic.Uint64
 
 // ownedAddr is one address of an owner, as the owner index keeps it.
 type ownedAddr struct {
@@ -77,7 +74,9 @@ type ownerIndex struct {
 }
 
 func newOwnerIndex(s *Store) *ownerIndex {
-	x := &ownerIndex{s: s, id: indexSeq.Add(1), advance: make(chan struct{})}
+	// Random, not counted: no state shared by every store of the process.
+	// Two of 2^64 alike on one client would only share a stream again.
+	x := &ownerIndex{s: s, id: rand.Uint64(), advance: make(chan struct{})}
 	x.clearLocked()
 	return x
 }
