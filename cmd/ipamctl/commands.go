@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -556,7 +555,7 @@ func readConsumers(path string, e *env) ([]repair.Consumer, error) {
 	if path == "-" {
 		data, err = readAllContext(e.ctx, e.stdin)
 	} else {
-		data, err = os.ReadFile(path)
+		data, err = readFileContext(e.ctx, path)
 	}
 	if ctxErr := e.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return nil, fmt.Errorf("--consumers %s: %w", path, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -523,6 +525,67 @@ func TestWaitsAreBoundedAndHoldNoLock(t *testing.T) {
 		t.Fatalf("two waits bounded at 300ms took %v", took)
 	}
 	c.fail(exitUsage, "--lock-timeout", "usage", "--lock-timeout", "-1s")
+}
+
+// A --consumers file that is a FIFO, or bash's <(...), which is a pipe, is
+// waited for within --timeout, and Ctrl-C ends the wait: the wait for a
+// writer to open it as well as the wait for what it writes.
+func TestTimeoutAndInterruptBoundReadingAConsumersFIFO(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ipam.db")
+	fifo := filepath.Join(dir, "consumers.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// Both waits last forever unless ipamctl ends them: the test's own
+	// bound is only for a failure to show as one rather than as a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ended := func(cmd *exec.Cmd, err error, out []byte, want string) {
+		t.Helper()
+		var ee *exec.ExitError
+		switch {
+		case ctx.Err() != nil:
+			t.Fatalf("ipamctl %v still waiting after 20s, killed by the test: %s", cmd.Args[1:], out)
+		case !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), want):
+			t.Fatalf("ipamctl %v: %v, want exit %d saying %q: %s", cmd.Args[1:], err, exitError, want, out)
+		}
+	}
+
+	// Nobody opens the FIFO to write: open(2) itself blocks.
+	timed := exec.CommandContext(ctx, bin, "--db", db, "repair", "--consumers", fifo, "--timeout", "300ms")
+	out, err := timed.CombinedOutput()
+	ended(timed, err, out, "timed out")
+
+	// A writer that writes nothing, and Ctrl-C.
+	interrupted := exec.CommandContext(ctx, bin, "--db", db, "repair", "--consumers", fifo)
+	var buf bytes.Buffer
+	interrupted.Stdout, interrupted.Stderr = &buf, &buf
+	if err := interrupted.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Opening a FIFO to write without blocking succeeds only once a reader
+	// has it open: ipamctl is then past main's signal handling and its own
+	// open, and waits for data that does not come.
+	var w *os.File
+	for {
+		if w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ENXIO) || ctx.Err() != nil {
+			t.Fatalf("opening %s to write: %v", fifo, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer w.Close()
+	if err := interrupted.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err = interrupted.Wait()
+	ended(interrupted, err, buf.Bytes(), "canceled")
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("repair, its input never read, created %s: %v", db, err)
+	}
 }
 
 // What would otherwise go to the wrong file, or change a file a command
