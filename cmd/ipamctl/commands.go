@@ -434,6 +434,9 @@ func ipRelease(e *env) error {
 	case byParent:
 		released, err = e.a.ReleaseOwner(e.ctx, ref)
 		if err != nil {
+			// What was released before the error (--timeout, Ctrl-C)
+			// stays released: say what, as for ADDR... below.
+			printReleased(e, released)
 			return err
 		}
 	case len(e.cl.args) == 0:
@@ -614,7 +617,11 @@ type repairEvent struct {
 }
 
 type repairReport struct {
-	DryRun     bool          `json:"dryRun"`
+	DryRun bool `json:"dryRun"`
+	// Complete is false for a pass cut short (--timeout, Ctrl-C): what it
+	// did until then stands, and the records and consumers after that were
+	// not checked.
+	Complete   bool          `json:"complete"`
 	Records    int           `json:"records"`
 	Consumers  int           `json:"consumers"`
 	RetryAfter string        `json:"retryAfter,omitempty"`
@@ -654,10 +661,20 @@ func repairCmd(e *env) error {
 		}
 	}
 	rep, err := r.Run(e.ctx)
-	if err != nil {
-		return err
+	if err != nil && e.ctx.Err() == nil {
+		return err // the records or the consumers could not be listed: nothing was done
 	}
-	out := repairReport{DryRun: rep.DryRun, Records: rep.Records, Consumers: rep.Consumers, Events: []repairEvent{}}
+	// A pass the context cut short keeps what it did until then: report
+	// that, then fail.
+	if perr := printRepair(e, rep, err == nil); err == nil {
+		return perr
+	}
+	return err
+}
+
+// printRepair prints the report of a pass, complete or cut short.
+func printRepair(e *env, rep repair.Report, complete bool) error {
+	out := repairReport{DryRun: rep.DryRun, Complete: complete, Records: rep.Records, Consumers: rep.Consumers, Events: []repairEvent{}}
 	if rep.RetryAfter > 0 {
 		out.RetryAfter = rep.RetryAfter.Round(time.Second).String()
 	}
@@ -680,7 +697,11 @@ func repairCmd(e *env) error {
 	if rep.DryRun {
 		mode = " (dry run: nothing changed)"
 	}
-	fmt.Fprintf(e.stdout, "checked %d records and %d consumers: %d findings%s\n", rep.Records, rep.Consumers, len(rep.Events), mode)
+	if complete {
+		fmt.Fprintf(e.stdout, "checked %d records and %d consumers: %d findings%s\n", rep.Records, rep.Consumers, len(rep.Events), mode)
+	} else {
+		fmt.Fprintf(e.stdout, "pass cut short: %d findings until then, not all of the %d records and %d consumers checked%s\n", len(rep.Events), rep.Records, rep.Consumers, mode)
+	}
 	if rep.RetryAfter > 0 {
 		fmt.Fprintf(e.stdout, "some records are younger than the leak grace: run again in %s\n", out.RetryAfter)
 	}
