@@ -24,6 +24,9 @@ type command struct {
 	maxArgs int // -1: any
 	args    string
 	run     func(*env) error
+	// parse, if set, parses and checks the arguments and flags into e.in
+	// before anything is read or opened.
+	parse func(*env) error
 	// prepare, if set, reads the command's input before the store is
 	// opened (and a bbolt file locked): input that is slow to come, or
 	// wrong, holds no lock.
@@ -34,14 +37,14 @@ type command struct {
 }
 
 var commands = []command{
-	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate},
-	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate},
+	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
+	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete},
-	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate},
-	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet, readOnly: true},
-	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease},
-	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, prepare: repairInput},
+	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},
+	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet, parse: ipGetArgs, readOnly: true},
+	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs},
+	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
 	{name: "usage", args: "", run: usageCmd, readOnly: true},
 }
 
@@ -153,12 +156,26 @@ func parsePrefixes(args []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func cidrCreate(e *env) error {
+// cidrCreateArgs checks the CIDR as CreateCIDR does first.
+func cidrCreateArgs(e *env) error {
 	prefixes, err := parsePrefixes(e.cl.args[1:])
 	if err != nil {
 		return err
 	}
-	c, err := e.a.CreateCIDR(e.ctx, e.cl.args[0], prefixes...)
+	e.in.prefixes = prefixes
+	return cidrset.CIDR{Name: e.cl.args[0], Prefixes: prefixes}.Validate()
+}
+
+// cidrUpdateArgs checks the prefixes only: a CIDR that does not exist is
+// not found, whatever its name.
+func cidrUpdateArgs(e *env) error {
+	prefixes, err := parsePrefixes(e.cl.args[1:])
+	e.in.prefixes = prefixes
+	return err
+}
+
+func cidrCreate(e *env) error {
+	c, err := e.a.CreateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
 	if err != nil {
 		return err
 	}
@@ -170,11 +187,7 @@ func cidrCreate(e *env) error {
 }
 
 func cidrUpdate(e *env) error {
-	prefixes, err := parsePrefixes(e.cl.args[1:])
-	if err != nil {
-		return err
-	}
-	c, err := e.a.UpdateCIDR(e.ctx, e.cl.args[0], prefixes...)
+	c, err := e.a.UpdateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
 	if err != nil {
 		return err
 	}
@@ -288,19 +301,33 @@ func cidrDelete(e *env) error {
 
 // ---- ip ----
 
-func parentFlag(e *env, required bool) (ipaddress.ParentRef, bool, error) {
+// parentFlag parses --parent into e.in.
+func parentFlag(e *env, required bool) error {
 	s, ok := e.cl.flags["parent"]
 	if !ok {
 		if required {
-			return ipaddress.ParentRef{}, false, usageErrorf("--parent REF is required (e.g. --parent services/default/kubernetes)")
+			return usageErrorf("--parent REF is required (e.g. --parent services/default/kubernetes)")
 		}
-		return ipaddress.ParentRef{}, false, nil
+		return nil
 	}
 	ref, err := ipaddress.ParseParentRef(s)
 	if err != nil {
-		return ipaddress.ParentRef{}, false, err
+		return err
 	}
-	return ref, true, nil
+	e.in.parent, e.in.byParent = ref, true
+	return nil
+}
+
+// addrArgs parses the addresses given as arguments into e.in.
+func addrArgs(e *env) error {
+	for _, s := range e.cl.args {
+		a, err := parseAddr(s)
+		if err != nil {
+			return err
+		}
+		e.in.addrs = append(e.in.addrs, a)
+	}
+	return nil
 }
 
 func parseAddr(s string) (netip.Addr, error) { return ipaddress.ParseAddr(s) }
@@ -319,46 +346,53 @@ func familyFlag(s string) []ipaddress.Family {
 	return nil
 }
 
-func ipAllocate(e *env) error {
-	ref, _, err := parentFlag(e, true)
-	if err != nil {
+func ipAllocateArgs(e *env) error {
+	if err := parentFlag(e, true); err != nil {
+		return err
+	}
+	if err := addrArgs(e); err != nil {
 		return err
 	}
 	fam, famGiven := e.cl.flags["family"]
-	var recs []ipaddress.IPAddress
+	fs := familyFlag(fam)
 	switch {
-	case len(e.cl.args) == 1:
-		addr, err := parseAddr(e.cl.args[0])
-		if err != nil {
-			return err
-		}
-		if fs := familyFlag(fam); famGiven && (len(fs) != 1 || fs[0] != ipaddress.FamilyOf(addr)) {
+	case len(e.in.addrs) == 1:
+		if addr := e.in.addrs[0]; famGiven && (len(fs) != 1 || fs[0] != ipaddress.FamilyOf(addr)) {
 			return usageErrorf("--family %s does not match address %s", fam, addr)
 		}
+	case !famGiven:
+		return usageErrorf("ip allocate: give an address or --family 4|6|dual")
+	case len(fs) == 0:
+		return usageErrorf("--family %q: must be 4, 6 or dual", fam)
+	default:
+		e.in.families = fs
+	}
+	return nil
+}
+
+func ipAllocate(e *env) error {
+	ref := e.in.parent
+	var recs []ipaddress.IPAddress
+	switch fs := e.in.families; {
+	case len(e.in.addrs) == 1:
+		addr := e.in.addrs[0]
 		rec, err := e.a.Allocate(e.ctx, addr, ref)
 		if err != nil {
 			return fmt.Errorf("allocating %s: %w", addr, err)
 		}
 		recs = append(recs, rec)
-	case !famGiven:
-		return usageErrorf("ip allocate: give an address or --family 4|6|dual")
-	default:
-		switch fs := familyFlag(fam); len(fs) {
-		case 1:
-			rec, err := e.a.AllocateNext(e.ctx, fs[0], ref)
-			if err != nil {
-				return fmt.Errorf("allocating an %s address: %w", fs[0], err)
-			}
-			recs = append(recs, rec)
-		case 2:
-			v4, v6, err := e.a.AllocateDualStack(e.ctx, ref, netip.Addr{}, netip.Addr{})
-			if err != nil {
-				return fmt.Errorf("allocating a dual-stack pair: %w", err)
-			}
-			recs = append(recs, v4, v6)
-		default:
-			return usageErrorf("--family %q: must be 4, 6 or dual", fam)
+	case len(fs) == 1:
+		rec, err := e.a.AllocateNext(e.ctx, fs[0], ref)
+		if err != nil {
+			return fmt.Errorf("allocating an %s address: %w", fs[0], err)
 		}
+		recs = append(recs, rec)
+	default:
+		v4, v6, err := e.a.AllocateDualStack(e.ctx, ref, netip.Addr{}, netip.Addr{})
+		if err != nil {
+			return fmt.Errorf("allocating a dual-stack pair: %w", err)
+		}
+		recs = append(recs, v4, v6)
 	}
 	if e.out != formatTable {
 		if len(recs) == 1 {
@@ -376,28 +410,30 @@ func ipAllocate(e *env) error {
 	return nil
 }
 
-func ipGet(e *env) error {
-	ref, byParent, err := parentFlag(e, false)
-	if err != nil {
+func ipGetArgs(e *env) error {
+	if err := parentFlag(e, false); err != nil {
 		return err
 	}
-	var recs []ipaddress.IPAddress
-	single := len(e.cl.args) == 1
-	switch {
-	case single && byParent:
+	if len(e.cl.args) == 1 && e.in.byParent {
 		return usageErrorf("ip get: give an address or --parent, not both")
+	}
+	return addrArgs(e)
+}
+
+func ipGet(e *env) error {
+	var recs []ipaddress.IPAddress
+	var err error
+	single := len(e.in.addrs) == 1
+	switch {
 	case single:
-		addr, err := parseAddr(e.cl.args[0])
-		if err != nil {
-			return err
-		}
+		addr := e.in.addrs[0]
 		rec, err := e.a.Get(e.ctx, addr)
 		if err != nil {
 			return notFound("ipaddress", addr.String(), err)
 		}
 		recs = append(recs, rec)
-	case byParent:
-		recs, err = e.a.AddressesOf(e.ctx, ref)
+	case e.in.byParent:
+		recs, err = e.a.AddressesOf(e.ctx, e.in.parent)
 	default:
 		recs, err = e.st.ListAddresses(e.ctx)
 	}
@@ -422,41 +458,37 @@ func ipGet(e *env) error {
 	return t.flush()
 }
 
-func ipRelease(e *env) error {
-	ref, byParent, err := parentFlag(e, false)
-	if err != nil {
+func ipReleaseArgs(e *env) error {
+	if err := parentFlag(e, false); err != nil {
 		return err
 	}
-	var released []netip.Addr
 	switch {
-	case byParent && len(e.cl.args) > 0:
+	case e.in.byParent && len(e.cl.args) > 0:
 		return usageErrorf("ip release: give addresses or --parent, not both")
-	case byParent:
-		released, err = e.a.ReleaseOwner(e.ctx, ref)
+	case !e.in.byParent && len(e.cl.args) == 0:
+		return usageErrorf("usage: ipamctl ip release ADDR... | --parent REF")
+	}
+	return addrArgs(e)
+}
+
+func ipRelease(e *env) error {
+	if e.in.byParent {
+		released, err := e.a.ReleaseOwner(e.ctx, e.in.parent)
 		if err != nil {
 			// What was released before the error (--timeout, Ctrl-C)
 			// stays released: say what, as for ADDR... below.
 			printReleased(e, released)
 			return err
 		}
-	case len(e.cl.args) == 0:
-		return usageErrorf("usage: ipamctl ip release ADDR... | --parent REF")
-	default:
-		var addrs []netip.Addr
-		for _, s := range e.cl.args {
-			a, err := parseAddr(s)
-			if err != nil {
-				return err
-			}
-			addrs = append(addrs, a)
+		return printReleased(e, released)
+	}
+	var released []netip.Addr
+	for _, a := range e.in.addrs {
+		if err := e.a.Release(e.ctx, a); err != nil {
+			printReleased(e, released)
+			return notFound("ipaddress", a.String(), err)
 		}
-		for _, a := range addrs {
-			if err := e.a.Release(e.ctx, a); err != nil {
-				printReleased(e, released)
-				return notFound("ipaddress", a.String(), err)
-			}
-			released = append(released, a)
-		}
+		released = append(released, a)
 	}
 	return printReleased(e, released)
 }
@@ -628,37 +660,44 @@ type repairReport struct {
 	Events     []repairEvent `json:"events"`
 }
 
-// repairInput reads and checks repair's consumers file before the store
-// is opened.
-func repairInput(e *env) error {
-	path, ok := e.cl.flags["consumers"]
-	if !ok {
+func repairArgs(e *env) error {
+	if _, ok := e.cl.flags["consumers"]; !ok {
 		return usageErrorf("repair needs --consumers FILE: the addresses each owner holds, the truth records are reconciled with (see README); without it every record would count as leaked")
-	}
-	consumers, err := readConsumers(path, e)
-	if err != nil {
-		return err
-	}
-	e.consumers = consumers
-	return nil
-}
-
-func repairCmd(e *env) error {
-	r := &repair.Repairer{
-		Allocator: e.a,
-		Consumers: repair.NewStatic(e.consumers...),
-		DryRun:    e.cl.has("dry-run"),
-		Logger:    e.log,
 	}
 	if s, ok := e.cl.flags["leak-grace"]; ok {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
 			return usageErrorf("--leak-grace %q: must be a duration such as 60s", s)
 		}
-		r.LeakGrace = d
+		e.in.leakGrace = d
 		if d == 0 {
-			r.LeakGrace = -1 // no grace
+			e.in.leakGrace = -1 // no grace
 		}
+	}
+	// A dry run writes nothing: like the other reads, it neither creates
+	// a mistyped --db nor takes more than a shared lock.
+	e.readOnly = e.cl.has("dry-run")
+	return nil
+}
+
+// repairInput reads and checks repair's consumers file before the store
+// is opened.
+func repairInput(e *env) error {
+	consumers, err := readConsumers(e.cl.flags["consumers"], e)
+	if err != nil {
+		return err
+	}
+	e.in.consumers = consumers
+	return nil
+}
+
+func repairCmd(e *env) error {
+	r := &repair.Repairer{
+		Allocator: e.a,
+		Consumers: repair.NewStatic(e.in.consumers...),
+		DryRun:    e.cl.has("dry-run"),
+		LeakGrace: e.in.leakGrace,
+		Logger:    e.log,
 	}
 	rep, err := r.Run(e.ctx)
 	if err != nil && e.ctx.Err() == nil {

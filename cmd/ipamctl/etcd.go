@@ -14,19 +14,9 @@ import (
 	"github.com/netipam/netipam/store/etcd"
 )
 
-// openEtcd connects to the etcd endpoints (host:port or URLs, comma
-// separated) and returns the store over them; closing the store closes
-// the client.
-func openEtcd(ctx context.Context, endpoints, prefix string, log *slog.Logger) (store.Store, error) {
-	var eps []string
-	for _, ep := range strings.Split(endpoints, ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			eps = append(eps, ep)
-		}
-	}
-	if len(eps) == 0 {
-		return nil, usageErrorf("--etcd %q: no endpoint", endpoints)
-	}
+// openEtcd connects to the etcd endpoints (host:port or URLs) and returns
+// the store over them; closing the store closes the client.
+func openEtcd(ctx context.Context, eps []string, prefix string, log *slog.Logger) (store.Store, error) {
 	log.Debug("connecting to etcd", "endpoints", eps)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: eps,

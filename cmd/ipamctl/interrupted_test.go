@@ -83,8 +83,11 @@ func cutShort(t *testing.T, records int, args ...string) (string, int, error) {
 	}
 	var stdout bytes.Buffer
 	e := &env{ctx: ctx, cl: cl, out: out, stdout: &stdout, log: slog.New(slog.DiscardHandler), now: time.Now(), a: a, st: st}
-	if cmd.prepare != nil {
-		if err := cmd.prepare(e); err != nil {
+	for _, step := range []func(*env) error{cmd.parse, cmd.prepare} {
+		if step == nil {
+			continue
+		}
+		if err := step(e); err != nil {
 			t.Fatal(err)
 		}
 	}

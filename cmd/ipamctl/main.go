@@ -37,6 +37,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -217,7 +218,20 @@ type env struct {
 	a      *allocator.Allocator
 	st     store.Store
 
-	consumers []repair.Consumer // repair's, read by its prepare
+	in       input // the command's arguments and flags, parsed
+	readOnly bool  // open the store read-only: the command writes nothing
+}
+
+// input is what a command's parse (and repair's prepare) made of its
+// arguments and flags, before the store is opened.
+type input struct {
+	prefixes  []netip.Prefix      // cidr create and update
+	addrs     []netip.Addr        // ip allocate, get, release ADDR
+	parent    ipaddress.ParentRef // --parent, when byParent
+	byParent  bool
+	families  []ipaddress.Family // ip allocate --family, without ADDR
+	leakGrace time.Duration      // repair --leak-grace, as repair.Repairer takes it
+	consumers []repair.Consumer  // repair --consumers, read by its prepare
 }
 
 func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -252,7 +266,7 @@ Commands:
 
 Global flags, anywhere on the line:
   --db FILE             bbolt file (default ./ipam.db; created if missing,
-                        except by cidr get, ip get and usage)
+                        except by cidr get, ip get, usage and repair --dry-run)
   --lock-timeout D      wait at most D for another process's lock on FILE (5s)
   --etcd EP,...         etcd endpoints (host:port), instead of --db
   --etcd-prefix P       etcd key prefix (default /netipam)
@@ -306,9 +320,20 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 	if err := cmd.checkArgs(cl.args); err != nil {
 		return err
 	}
-
-	e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now()}
-	err = runCmd(e, cmd)
+	// Everything on the line is checked before any of it is acted on: a
+	// mistake exits 2 having created no file, waited for no lock and
+	// contacted no etcd.
+	spec, err := parseStoreFlags(cl)
+	if err != nil {
+		return err
+	}
+	e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), readOnly: cmd.readOnly}
+	if cmd.parse != nil {
+		if err := cmd.parse(e); err != nil {
+			return err
+		}
+	}
+	err = runCmd(e, cmd, spec)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v (see --timeout): %w", timeout, err)
 	}
@@ -317,13 +342,13 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 
 // runCmd runs cmd: its input is read first, so that the store (and a
 // bbolt file's lock) is held only while the command works on it.
-func runCmd(e *env, cmd command) error {
+func runCmd(e *env, cmd command, spec storeSpec) error {
 	if cmd.prepare != nil {
 		if err := cmd.prepare(e); err != nil {
 			return err
 		}
 	}
-	st, err := openStore(e.ctx, e.cl, e.log, cmd.readOnly)
+	st, err := openStore(e.ctx, spec, e.log, e.readOnly)
 	if err != nil {
 		return err
 	}
@@ -337,38 +362,64 @@ func runCmd(e *env, cmd command) error {
 	return cmd.run(e)
 }
 
-// openStore opens the bbolt file or connects to etcd.
-func openStore(ctx context.Context, cl cmdline, log *slog.Logger, readOnly bool) (store.Store, error) {
+// storeSpec is the store the global flags name.
+type storeSpec struct {
+	etcd        []string // endpoints; none: the bbolt file at path
+	etcdPrefix  string   // "": the store's default
+	path        string
+	lockTimeout time.Duration
+}
+
+// parseStoreFlags checks the store flags, touching nothing.
+func parseStoreFlags(cl cmdline) (storeSpec, error) {
+	spec := storeSpec{path: "ipam.db", lockTimeout: 5 * time.Second}
+	if s, ok := cl.flags["lock-timeout"]; ok {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return spec, usageErrorf("--lock-timeout %q: must be a duration such as 5s, 0 for no wait", s)
+		}
+		spec.lockTimeout = d
+	}
 	if eps, ok := cl.flags["etcd"]; ok {
 		if _, both := cl.flags["db"]; both {
-			return nil, usageErrorf("--db and --etcd exclude each other")
+			return spec, usageErrorf("--db and --etcd exclude each other")
+		}
+		for _, ep := range strings.Split(eps, ",") {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				spec.etcd = append(spec.etcd, ep)
+			}
+		}
+		if len(spec.etcd) == 0 {
+			return spec, usageErrorf("--etcd %q: no endpoint", eps)
 		}
 		prefix, ok := cl.flags["etcd-prefix"]
 		if ok && prefix == "" {
 			// An unset variable must not mean the default prefix.
-			return nil, usageErrorf(`--etcd-prefix "": no prefix named`)
+			return spec, usageErrorf(`--etcd-prefix "": no prefix named`)
 		}
-		return openEtcd(ctx, eps, prefix, log)
+		spec.etcdPrefix = prefix
+		return spec, nil
 	}
 	if _, ok := cl.flags["etcd-prefix"]; ok {
-		return nil, usageErrorf("--etcd-prefix needs --etcd")
+		return spec, usageErrorf("--etcd-prefix needs --etcd")
 	}
-	path, ok := cl.flags["db"]
-	switch {
-	case !ok:
-		path = "ipam.db"
-	case path == "":
-		// An unset variable in --db "$DB" must not mean ./ipam.db.
-		return nil, usageErrorf(`--db "": no file named`)
-	}
-	opts := []bolt.Option{bolt.WithLockTimeout(5 * time.Second)}
-	if s, ok := cl.flags["lock-timeout"]; ok {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return nil, usageErrorf("--lock-timeout %q: must be a duration such as 5s, 0 for no wait", s)
+	if path, ok := cl.flags["db"]; ok {
+		if path == "" {
+			// An unset variable in --db "$DB" must not mean ./ipam.db.
+			return spec, usageErrorf(`--db "": no file named`)
 		}
-		opts[0] = bolt.WithLockTimeout(d)
+		spec.path = path
 	}
+	return spec, nil
+}
+
+// openStore opens the bbolt file or connects to etcd.
+func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, readOnly bool) (store.Store, error) {
+	if len(spec.etcd) > 0 {
+		return openEtcd(ctx, spec.etcd, spec.etcdPrefix, log)
+	}
+	path := spec.path
+	opts := []bolt.Option{bolt.WithLockTimeout(spec.lockTimeout)}
 	if readOnly {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no store at %s (a command that only reads does not create one; check --db)", path)

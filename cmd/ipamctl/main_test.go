@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -461,6 +462,85 @@ func TestTheCommandLineRefusesWhatItWouldMisread(t *testing.T) {
 	c.fail(exitUsage, "must be table, wide, json or yaml", "cidr", "get", "-o", "xml")
 	if out := c.ok("help"); !strings.Contains(out, "--timeout") || !strings.Contains(out, "--lock-timeout") || !strings.Contains(out, "--etcd-prefix") {
 		t.Errorf("help does not list every global flag:\n%s", out)
+	}
+}
+
+// Every argument and flag is checked before the store is opened: a bad
+// one exits 2 having created no --db file, without waiting for another
+// process's lock, and without contacting etcd. A repair dry run opens the
+// file read-only, as the other commands that write nothing do.
+func TestBadInputIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
+	dir := t.TempDir()
+	consumers := filepath.Join(dir, "consumers.json")
+	if err := os.WriteFile(consumers, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := [][]string{
+		{"cidr", "create", "x", "10.0.0.1/24"},
+		{"cidr", "create", "Not_A_Name", "10.0.0.0/24"},
+		{"cidr", "update", "x", "10.0.0.0/24", "fd00::/200"},
+		{"ip", "allocate", "--family", "4", "--parent", "nonsense"},
+		{"ip", "allocate", "--family", "5", "--parent", "services/default/a"},
+		{"ip", "allocate", "10.0.0.300", "--parent", "services/default/a"},
+		{"ip", "allocate", "10.0.0.1", "--family", "6", "--parent", "services/default/a"},
+		{"ip", "get", "10.0.0.1", "--parent", "services/default/a"},
+		{"ip", "release", "10.0.0.1", "10.0.0.300"},
+		{"ip", "release", "--parent", "nonsense"},
+		{"repair", "--consumers", consumers, "--leak-grace", "soon"},
+		{"usage", "--lock-timeout", "soon"},
+	}
+	missing := filepath.Join(dir, "typo.db")
+	for _, args := range bad {
+		(&cli{t: t, store: []string{"--db", missing}}).fail(exitUsage, "", args...)
+		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%v, refused as invalid, created %s", args, missing)
+			os.Remove(missing)
+		}
+	}
+
+	// Another process holds the lock: it is never waited for. (Were it,
+	// --timeout would end the wait with exit 1.)
+	db := filepath.Join(dir, "ipam.db")
+	locked := &cli{t: t, store: []string{"--db", db, "--lock-timeout", "1m", "--timeout", "2s"}}
+	locked.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	held, err := bolt.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range bad {
+		locked.fail(exitUsage, "", args...)
+	}
+	held.Close()
+
+	// Nothing answers at this etcd endpoint: were it contacted, that
+	// would be the error, exit 1.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	unreachable := &cli{t: t, store: []string{"--etcd", addr}}
+	for _, args := range bad {
+		unreachable.fail(exitUsage, "", args...)
+	}
+
+	// repair --dry-run reads: it does not create a mistyped --db...
+	c := &cli{t: t, store: []string{"--db", missing}}
+	c.fail(exitError, "no store at", "repair", "--consumers", consumers, "--dry-run")
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("repair --dry-run created %s", missing)
+	}
+	// ...and takes a shared lock, beside another reader's.
+	reader, err := bolt.Open(db, bolt.WithReadOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	var rep repairReport
+	(&cli{t: t, store: []string{"--db", db, "--lock-timeout", "0"}}).json(&rep, "repair", "--consumers", consumers, "--dry-run")
+	if !rep.DryRun || rep.Records != 0 {
+		t.Errorf("repair --dry-run beside a reader: %+v", rep)
 	}
 }
 
