@@ -2,11 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -14,32 +20,114 @@ import (
 	"github.com/netipam/netipam/store/etcd"
 )
 
+// etcdPasswordEnv holds the password of --etcd-user NAME, so that it need
+// not be on the command line, where other users see it.
+const etcdPasswordEnv = "IPAMCTL_ETCD_PASSWORD"
+
+// etcdSpec is the etcd cluster the flags name, and how to connect to it.
+type etcdSpec struct {
+	endpoints []string
+	prefix    string      // "": the store's default
+	tls       *tls.Config // nil: TLS only for https:// endpoints, trusting the system's CAs
+	user      string      // "": no authentication
+	password  string
+}
+
+// parseEtcdFlags checks the flags of --etcd and reads the TLS files they
+// name; it contacts nothing.
+func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
+	spec := &etcdSpec{}
+	eps := cl.flags["etcd"]
+	for _, ep := range strings.Split(eps, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			spec.endpoints = append(spec.endpoints, ep)
+		}
+	}
+	if len(spec.endpoints) == 0 {
+		return nil, usageErrorf("--etcd %q: no endpoint", eps)
+	}
+	for _, f := range []string{"etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-user"} {
+		// An unset variable must not mean the default, or no TLS.
+		if v, ok := cl.flags[f]; ok && v == "" {
+			return nil, usageErrorf("--%s \"\": nothing named", f)
+		}
+	}
+	spec.prefix = cl.flags["etcd-prefix"]
+
+	info := transport.TLSInfo{TrustedCAFile: cl.flags["etcd-cacert"], CertFile: cl.flags["etcd-cert"], KeyFile: cl.flags["etcd-key"]}
+	if (info.CertFile == "") != (info.KeyFile == "") {
+		return nil, usageErrorf("--etcd-cert and --etcd-key go together: the client certificate and its key")
+	}
+	if info.TrustedCAFile != "" || !info.Empty() {
+		cfg, err := info.ClientConfig()
+		if err != nil {
+			return nil, usageErrorf("--etcd-cacert, --etcd-cert, --etcd-key: %v", err)
+		}
+		spec.tls = cfg
+	}
+
+	if u, ok := cl.flags["etcd-user"]; ok {
+		name, password, inline := strings.Cut(u, ":")
+		if !inline {
+			password = os.Getenv(etcdPasswordEnv)
+		}
+		switch {
+		case name == "":
+			return nil, usageErrorf("--etcd-user: no user name (NAME or NAME:PASSWORD)")
+		case password == "":
+			// The flag's value is not repeated: it may hold a password.
+			return nil, usageErrorf("--etcd-user: no password for %s: give NAME:PASSWORD or set %s", name, etcdPasswordEnv)
+		}
+		spec.user, spec.password = name, password
+	}
+	return spec, nil
+}
+
 // openEtcd connects to the etcd endpoints (host:port or URLs) and returns
 // the store over them; closing the store closes the client.
-func openEtcd(ctx context.Context, eps []string, prefix string, log *slog.Logger) (store.Store, error) {
-	log.Debug("connecting to etcd", "endpoints", eps)
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: eps,
+func openEtcd(ctx context.Context, spec *etcdSpec, log *slog.Logger) (store.Store, error) {
+	log.Debug("connecting to etcd", "endpoints", spec.endpoints, "tls", spec.tls != nil, "user", spec.user)
+	cfg := clientv3.Config{
+		Endpoints: spec.endpoints,
 		Context:   ctx,
+		TLS:       spec.tls,
 		Logger:    zap.NewNop(), // the client logs nothing; -v logs what ipamctl does
-	})
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	opts := []etcd.Option{etcd.WithCloseClient()}
-	if prefix != "" {
-		opts = append(opts, etcd.WithPrefix(prefix))
+	if spec.prefix != "" {
+		opts = append(opts, etcd.WithPrefix(spec.prefix))
 	}
 	s, err := etcd.New(cli, opts...)
 	if err != nil { // the prefix: New reads nothing from etcd
 		cli.Close()
-		return nil, usageErrorf("--etcd-prefix %q: %v", prefix, err)
+		return nil, usageErrorf("--etcd-prefix %q: %v", spec.prefix, err)
 	}
 	// The client connects lazily: without this, an endpoint nobody
 	// answers on would show only as the first read timing out at
 	// --timeout, naming neither etcd nor the endpoint.
-	if err := reachable(ctx, cli, eps); err != nil {
+	if err := reachable(ctx, cli, spec); err != nil {
 		s.Close()
+		return nil, err
+	}
+	if spec.user == "" {
+		return s, nil
+	}
+	// A client with a user authenticates in clientv3.New, waiting for an
+	// endpoint as long as its context lets it and then saying only that
+	// it timed out: so the client without one probed first, and now that
+	// an endpoint answers, one with the user takes its place.
+	s.Close()
+	cfg.Username, cfg.Password = spec.user, spec.password
+	cfg.DialTimeout = etcdDialTimeout
+	if cli, err = clientv3.New(cfg); err != nil {
+		return nil, fmt.Errorf("etcd at %s: authenticating as %s: %w", strings.Join(spec.endpoints, ", "), spec.user, err)
+	}
+	if s, err = etcd.New(cli, opts...); err != nil { // checked above: cannot fail
+		cli.Close()
 		return nil, err
 	}
 	return s, nil
@@ -50,8 +138,10 @@ func openEtcd(ctx context.Context, eps []string, prefix string, log *slog.Logger
 const etcdDialTimeout = 5 * time.Second
 
 // reachable returns nil once one of the endpoints answers, or an error
-// naming them all after etcdDialTimeout (or when ctx ends).
-func reachable(ctx context.Context, cli *clientv3.Client, eps []string) error {
+// naming them all after etcdDialTimeout (or when ctx ends), with why they
+// did not answer where that can be found out.
+func reachable(ctx context.Context, cli *clientv3.Client, spec *etcdSpec) error {
+	eps := spec.endpoints
 	pctx, cancel := context.WithTimeout(ctx, etcdDialTimeout)
 	defer cancel()
 	// All at once: the client waits for a connection rather than fail
@@ -73,6 +163,115 @@ func reachable(ctx context.Context, cli *clientv3.Client, eps []string) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("connecting to etcd at %s: %w", strings.Join(eps, ", "), ctx.Err())
 	}
+	// The client keeps the cause of a failed connection to itself: it
+	// says only that the probe timed out. Connect again to learn it.
+	var tlsErrs []error
+	for _, err := range diagnose(ctx, eps, spec.tls) {
+		var te *tlsError
+		switch {
+		case errors.As(err, &te):
+			tlsErrs = append(tlsErrs, te)
+		case err != nil:
+			last = err
+		}
+	}
+	if len(tlsErrs) > 0 {
+		return fmt.Errorf("no TLS connection to etcd (see --etcd-cacert, --etcd-cert and --etcd-key): %w", errors.Join(tlsErrs...))
+	}
 	// %v: the probe's own deadline is not --timeout's.
 	return fmt.Errorf("etcd at %s does not answer within %v: %v", strings.Join(eps, ", "), etcdDialTimeout, last)
+}
+
+// tlsError is an etcd endpoint that answers, but over TLS it cannot agree
+// with: a certificate not trusted on either side, or TLS on one side only.
+type tlsError struct {
+	endpoint string
+	err      error
+}
+
+func (e *tlsError) Error() string { return fmt.Sprintf("%s: %v", e.endpoint, e.err) }
+func (e *tlsError) Unwrap() error { return e.err }
+
+// diagnoseTimeout bounds the connections diagnose makes.
+const diagnoseTimeout = 2 * time.Second
+
+// diagnose connects to each endpoint as the client does and returns, for
+// each, why it fails: the connection's error, a *tlsError, or nil when it
+// finds nothing wrong (or the endpoint is a unix socket, not looked at).
+func diagnose(ctx context.Context, eps []string, cfg *tls.Config) []error {
+	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+	defer cancel()
+	errs := make([]error, len(eps))
+	done := make(chan struct{})
+	for i, ep := range eps {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			errs[i] = diagnoseEndpoint(ctx, ep, cfg)
+		}()
+	}
+	for range eps {
+		<-done
+	}
+	return errs
+}
+
+func diagnoseEndpoint(ctx context.Context, ep string, cfg *tls.Config) error {
+	// The client's rule: https:// is TLS, with the system's CAs unless
+	// given others; http:// is not; a bare host:port is TLS if there is a
+	// TLS config.
+	addr, useTLS := ep, cfg != nil
+	if strings.HasPrefix(ep, "unix:") || strings.HasPrefix(ep, "unixs:") {
+		return nil
+	}
+	if strings.Contains(ep, "://") {
+		u, err := url.Parse(ep)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil
+		}
+		addr, useTLS = u.Host, u.Scheme == "https"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	cfg = cfg.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"h2"}
+
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if !useTLS {
+		// Plain text to an endpoint serving TLS fails with no word of
+		// TLS: see whether a handshake, trusting anything, goes through.
+		probe := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, NextProtos: cfg.NextProtos})
+		if probe.HandshakeContext(ctx) == nil {
+			return &tlsError{ep, errors.New("it serves TLS: name it https://" + addr + ", or give --etcd-cacert")}
+		}
+		return nil
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return &tlsError{ep, fmt.Errorf("TLS handshake: %w", err)}
+	}
+	// In TLS 1.3 a server refusing the client's certificate (or the lack
+	// of one) says so after the handshake, in an alert read next. The
+	// server then waits for the client to speak: a read that times out is
+	// a connection that works.
+	if deadline, ok := ctx.Deadline(); ok {
+		tc.SetReadDeadline(deadline)
+	}
+	var oe *net.OpError
+	if _, err := tc.Read(make([]byte, 1)); errors.As(err, &oe) && oe.Op == "remote error" {
+		return &tlsError{ep, err}
+	}
+	return nil
 }

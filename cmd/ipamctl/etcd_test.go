@@ -1,14 +1,27 @@
 package main
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // startEtcd starts one embedded etcd member on loopback for the test and
@@ -119,4 +132,195 @@ func TestAnEtcdNobodyAnswersOnIsNamed(t *testing.T) {
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("with the first endpoint down, took %v", took)
 	}
+}
+
+// testPKI is a CA, and the certificates it signed for a test etcd and its
+// client, as PEM files.
+type testPKI struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+// newTestPKI makes a testPKI in a temporary directory: the server's
+// certificate is for 127.0.0.1, the client's for a CN that is no etcd
+// user.
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	now := time.Now()
+	caKey := newKey()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ipamctl test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name string, serial int64, tmpl *x509.Certificate) (cert, key string) {
+		k := newKey()
+		tmpl.SerialNumber, tmpl.Subject = big.NewInt(serial), pkix.Name{CommonName: name}
+		tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name+".crt", "CERTIFICATE", der), write(name+".key", "PRIVATE KEY", keyDER)
+	}
+	p := testPKI{ca: write("ca.crt", "CERTIFICATE", caDER)}
+	// Client auth too: etcd's gateway calls its own gRPC server with it.
+	p.serverCert, p.serverKey = issue("etcd", 2, &x509.Certificate{
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+	p.clientCert, p.clientKey = issue("ipamctl-test-client", 3, &x509.Certificate{
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	return p
+}
+
+// startTLSEtcd is startEtcd serving its clients over TLS only, with the
+// certificates of p, and requiring a client certificate p's CA signed, as
+// a Kubernetes control plane's etcd does. It returns host:port.
+func startTLSEtcd(t *testing.T, p testPKI) string {
+	t.Helper()
+	var ports [2]int
+	var ls []net.Listener
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	client := url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	cfg := embed.NewConfig()
+	cfg.Name = "ipamctl-tls-test"
+	cfg.Dir = t.TempDir()
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: p.serverCert, KeyFile: p.serverKey, TrustedCAFile: p.ca, ClientCertAuth: true}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	cfg.LogLevel = "fatal"
+	cfg.UnsafeNoFsync = true
+	return startEmbedded(t, cfg, client.Host)
+}
+
+// enableRoot turns authentication on in the etcd at ep, with a user root
+// whose password is password.
+func enableRoot(t *testing.T, ep string, p testPKI, password string) {
+	t.Helper()
+	tlsCfg, err := transport.TLSInfo{CertFile: p.clientCert, KeyFile: p.clientKey, TrustedCAFile: p.ca}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, step := range []func() error{
+		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := cli.UserAdd(ctx, "root", password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("enabling etcd auth: %v", err)
+		}
+	}
+}
+
+// An etcd serving TLS, requiring a client certificate, and then users, is
+// used with --etcd-cacert, --etcd-cert, --etcd-key and --etcd-user (its
+// password from the environment or the flag); without them, the error
+// names what TLS or authentication refused, not an etcd that "does not
+// answer".
+func TestAnEtcdOverTLSIsUsedWithItsFlagsAndItsRefusalsNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	t.Setenv(etcdPasswordEnv, "") // the test's own, not the caller's
+	p := newTestPKI(t)
+	host := startTLSEtcd(t, p)
+	ep := "https://" + host
+	tlsFlags := []string{"--etcd-cacert", p.ca, "--etcd-cert", p.clientCert, "--etcd-key", p.clientKey}
+	c := &cli{t: t, store: append([]string{"--etcd", ep}, tlsFlags...)}
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/28")
+	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
+	// A bare host:port is reached over TLS too when TLS flags are given,
+	// as etcdctl does.
+	var ips list[ipObject]
+	(&cli{t: t, store: append([]string{"--etcd", host}, tlsFlags...)}).json(&ips, "ip", "get")
+	if len(ips.Items) != 1 || ips.Items[0].Name != "10.96.0.1" {
+		t.Fatalf("ip get over TLS: %+v", ips)
+	}
+
+	for _, tc := range []struct {
+		what  string
+		store []string
+		want  string
+	}{
+		{"no CA: etcd's certificate is not trusted", []string{"--etcd", ep, "--etcd-cert", p.clientCert, "--etcd-key", p.clientKey}, "certificate"},
+		{"no client certificate", []string{"--etcd", ep, "--etcd-cacert", p.ca}, "certificate"},
+		{"plain text to a TLS endpoint", []string{"--etcd", host}, "https://" + host},
+	} {
+		r := (&cli{t: t, store: tc.store}).fail(exitError, tc.want, "cidr", "get")
+		t.Logf("%s: %s", tc.what, r.stderr)
+		if !strings.Contains(r.stderr, "TLS") || strings.Contains(r.stderr, "does not answer") {
+			t.Errorf("%s: stderr %q does not name TLS as the cause", tc.what, r.stderr)
+		}
+	}
+	(&cli{t: t, store: []string{"--etcd", ep, "--etcd-cert", p.clientCert}}).fail(exitUsage, "--etcd-cert and --etcd-key go together", "cidr", "get")
+	(&cli{t: t, store: []string{"--etcd", ep, "--etcd-cacert", filepath.Join(t.TempDir(), "none.crt")}}).fail(exitUsage, "none.crt", "cidr", "get")
+	(&cli{t: t, store: []string{"--db", filepath.Join(t.TempDir(), "ipam.db"), "--etcd-cacert", p.ca}}).fail(exitUsage, "--etcd-cacert needs --etcd", "cidr", "get")
+
+	const password = "s3cret-Pa55"
+	enableRoot(t, ep, p, password)
+	// The client certificate's CN is no user: without --etcd-user, etcd
+	// refuses the requests.
+	t.Logf("no user: %s", c.fail(exitError, "", "cidr", "get").stderr)
+	asRoot := append(append([]string{}, c.store...), "--etcd-user", "root")
+	fromEnv := &cli{t: t, store: asRoot, env: []string{etcdPasswordEnv + "=" + password}}
+	if out := fromEnv.ok("cidr", "get"); !strings.Contains(out, "kubernetes") {
+		t.Errorf("cidr get as root, password from %s:\n%s", etcdPasswordEnv, out)
+	}
+	inline := &cli{t: t, store: append(append([]string{}, c.store...), "--etcd-user", "root:"+password)}
+	inline.ok("ip", "allocate", "--family", "4", "--parent", "services/default/as-root")
+	r := (&cli{t: t, store: append(append([]string{}, c.store...), "--etcd-user", "root:not-"+password)}).fail(exitError, "authentication failed", "cidr", "get")
+	t.Logf("wrong password: %s", r.stderr)
+	if strings.Contains(r.stderr, password) {
+		t.Errorf("the error shows the password: %q", r.stderr)
+	}
+	(&cli{t: t, store: asRoot}).fail(exitUsage, etcdPasswordEnv, "cidr", "get")
 }

@@ -21,8 +21,12 @@
 //	--db PATH            bbolt file (default ./ipam.db; created if missing,
 //	                     except by the commands that only read)
 //	--lock-timeout D     wait at most D for another process's file lock (5s)
-//	--etcd EP[,EP...]    etcd endpoints (host:port), instead of --db
+//	--etcd EP[,EP...]    etcd endpoints (host:port or URLs), instead of --db
 //	--etcd-prefix P      etcd key prefix (default /netipam)
+//	--etcd-cacert FILE   CA bundle to verify etcd's certificate (TLS)
+//	--etcd-cert FILE     client certificate for etcd, with --etcd-key FILE
+//	--etcd-user NAME[:PASSWORD]  etcd user; the password, if not given
+//	                     here, from $IPAMCTL_ETCD_PASSWORD
 //	-o json|yaml         machine-readable output
 //	-v                   log to stderr (slog text)
 //	--timeout D          give up after D (default 30s)
@@ -123,13 +127,15 @@ func exitCode(err error) int {
 // are aliases through flagAlias.
 var flagSpec = map[string]bool{
 	"db": true, "etcd": true, "etcd-prefix": true, "output": true, "v": false, "timeout": true,
+	"etcd-cacert": true, "etcd-cert": true, "etcd-key": true, "etcd-user": true,
 	"family": true, "parent": true, "dry-run": false, "consumers": true, "leak-grace": true,
 	"help": false, "lock-timeout": true,
 }
 
 var flagAlias = map[string]string{"o": "output", "h": "help", "verbose": "v"}
 
-var globalFlags = []string{"db", "etcd", "etcd-prefix", "output", "v", "timeout", "help", "lock-timeout"}
+var globalFlags = []string{"db", "etcd", "etcd-prefix", "output", "v", "timeout", "help", "lock-timeout",
+	"etcd-cacert", "etcd-cert", "etcd-key", "etcd-user"}
 
 // cmdline is a parsed command line: positional words and flags, which may
 // come in any order ("ip allocate 10.0.0.1 --parent x" and "--parent x ip
@@ -248,7 +254,7 @@ func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.
 }
 
 const usageText = `
-Usage: ipamctl [--db FILE | --etcd HOST:PORT,...] [-o json|yaml] [-v] COMMAND
+Usage: ipamctl [--db FILE | --etcd HOST:PORT,... [etcd flags]] [-o json|yaml] [-v] COMMAND
 
 Commands:
   cidr create NAME PREFIX [PREFIX]      create a CIDR (one prefix per family)
@@ -268,8 +274,16 @@ Global flags, anywhere on the line:
   --db FILE             bbolt file (default ./ipam.db; created if missing,
                         except by cidr get, ip get, usage and repair --dry-run)
   --lock-timeout D      wait at most D for another process's lock on FILE (5s)
-  --etcd EP,...         etcd endpoints (host:port), instead of --db
+  --etcd EP,...         etcd endpoints (host:port or https://host:port),
+                        instead of --db
   --etcd-prefix P       etcd key prefix (default /netipam)
+  --etcd-cacert FILE    CA bundle to verify etcd's certificate (TLS)
+  --etcd-cert FILE      client certificate for etcd (TLS), with
+  --etcd-key FILE       its key
+  --etcd-user NAME[:PASSWORD]
+                        authenticate to etcd as NAME; without :PASSWORD
+                        (which other users can see on the command line)
+                        the password is read from $IPAMCTL_ETCD_PASSWORD
   -o json|yaml          machine-readable output
   -v                    log to stderr
   --timeout D           give up after D (default 30s)
@@ -364,8 +378,7 @@ func runCmd(e *env, cmd command, spec storeSpec) error {
 
 // storeSpec is the store the global flags name.
 type storeSpec struct {
-	etcd        []string // endpoints; none: the bbolt file at path
-	etcdPrefix  string   // "": the store's default
+	etcd        *etcdSpec // nil: the bbolt file at path
 	path        string
 	lockTimeout time.Duration
 }
@@ -380,28 +393,18 @@ func parseStoreFlags(cl cmdline) (storeSpec, error) {
 		}
 		spec.lockTimeout = d
 	}
-	if eps, ok := cl.flags["etcd"]; ok {
+	if _, ok := cl.flags["etcd"]; ok {
 		if _, both := cl.flags["db"]; both {
 			return spec, usageErrorf("--db and --etcd exclude each other")
 		}
-		for _, ep := range strings.Split(eps, ",") {
-			if ep = strings.TrimSpace(ep); ep != "" {
-				spec.etcd = append(spec.etcd, ep)
-			}
-		}
-		if len(spec.etcd) == 0 {
-			return spec, usageErrorf("--etcd %q: no endpoint", eps)
-		}
-		prefix, ok := cl.flags["etcd-prefix"]
-		if ok && prefix == "" {
-			// An unset variable must not mean the default prefix.
-			return spec, usageErrorf(`--etcd-prefix "": no prefix named`)
-		}
-		spec.etcdPrefix = prefix
-		return spec, nil
+		var err error
+		spec.etcd, err = parseEtcdFlags(cl)
+		return spec, err
 	}
-	if _, ok := cl.flags["etcd-prefix"]; ok {
-		return spec, usageErrorf("--etcd-prefix needs --etcd")
+	for _, f := range []string{"etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-user"} {
+		if _, ok := cl.flags[f]; ok {
+			return spec, usageErrorf("--%s needs --etcd", f)
+		}
 	}
 	if path, ok := cl.flags["db"]; ok {
 		if path == "" {
@@ -415,8 +418,8 @@ func parseStoreFlags(cl cmdline) (storeSpec, error) {
 
 // openStore opens the bbolt file or connects to etcd.
 func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, readOnly bool) (store.Store, error) {
-	if len(spec.etcd) > 0 {
-		return openEtcd(ctx, spec.etcd, spec.etcdPrefix, log)
+	if spec.etcd != nil {
+		return openEtcd(ctx, spec.etcd, log)
 	}
 	path := spec.path
 	opts := []bolt.Option{bolt.WithLockTimeout(spec.lockTimeout)}
