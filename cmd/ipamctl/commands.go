@@ -711,11 +711,17 @@ func repairCmd(e *env) error {
 	return err
 }
 
+// roundUp rounds d up to whole seconds: a pass run again any earlier than
+// the report says would find the record still pending.
+func roundUp(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
 // printRepair prints the report of a pass, complete or cut short.
 func printRepair(e *env, rep repair.Report, complete bool) error {
 	out := repairReport{DryRun: rep.DryRun, Complete: complete, Records: rep.Records, Consumers: rep.Consumers, Events: []repairEvent{}}
 	if rep.RetryAfter > 0 {
-		out.RetryAfter = rep.RetryAfter.Round(time.Second).String()
+		out.RetryAfter = roundUp(rep.RetryAfter).String()
 	}
 	for _, ev := range rep.Events {
 		out.Events = append(out.Events, repairEvent{Kind: string(ev.Kind), Reason: ev.Kind.Reason(), Address: ev.Addr, Ref: ev.Ref.String(), Message: ev.Message, DryRun: ev.DryRun})

@@ -409,6 +409,53 @@ func TestRepairRefusesAConsumersFileItCouldMisread(t *testing.T) {
 	c.ok("ip", "get", "10.96.0.1")
 }
 
+// repair's "run again in D" (retryAfter in JSON) is never earlier than the
+// first pending record can be decided: it rounds up to whole seconds.
+func TestRepairRetryAfterIsNeverEarly(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Nanosecond:                       "1s",
+		300 * time.Millisecond:                "1s",
+		time.Second:                           "1s",
+		time.Second + 1:                       "2s",
+		59*time.Second + 400*time.Millisecond: "1m0s",
+		time.Minute + time.Second/2:           "1m1s",
+	} {
+		if got := roundUp(d).String(); got != want {
+			t.Errorf("roundUp(%v) = %s, want %s", d, got, want)
+		}
+	}
+
+	// Waiting what it says, then running again, decides the record.
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	c.ok("ip", "allocate", "10.96.0.9", "--parent", "services/default/gone")
+	file := filepath.Join(t.TempDir(), "consumers.json")
+	if err := os.WriteFile(file, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // into the 1s grace, past its half
+	var rep repairReport
+	c.json(&rep, "repair", "--consumers", file, "--leak-grace", "1s", "--dry-run")
+	switch {
+	case len(rep.Events) == 1 && rep.Events[0].Kind == "Leak":
+		// The pass ran over 0.3s late: nothing left to wait for.
+		t.Logf("the first pass came after the grace, on a machine that slow: %+v", rep)
+		return
+	case len(rep.Events) != 1 || rep.Events[0].Kind != "LeakPending":
+		t.Fatalf("first pass: %+v", rep)
+	}
+	wait, err := time.ParseDuration(rep.RetryAfter)
+	if err != nil || wait%time.Second != 0 {
+		t.Fatalf("retryAfter %q: %v, want whole seconds", rep.RetryAfter, err)
+	}
+	time.Sleep(wait)
+	var again repairReport
+	c.json(&again, "repair", "--consumers", file, "--leak-grace", "1s", "--dry-run")
+	if len(again.Events) != 1 || again.Events[0].Kind != "Leak" {
+		t.Errorf("retryAfter %q, waited that, ran again: %+v", rep.RetryAfter, again.Events)
+	}
+}
+
 // The addresses holding a CIDR are listed up to 16; a longer list says that
 // there are more, and one of exactly 16 does not, in cidr delete and cidr
 // get, in the table and in JSON.
