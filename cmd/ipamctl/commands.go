@@ -42,7 +42,7 @@ var commands = []command{
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete},
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},
-	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR] [--parent REF]", run: ipGet, parse: ipGetArgs, readOnly: true},
+	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR | --parent REF]", run: ipGet, parse: ipGetArgs, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
 	{name: "usage", args: "", run: usageCmd, readOnly: true},
@@ -189,7 +189,7 @@ func cidrCreate(e *env) error {
 func cidrUpdate(e *env) error {
 	c, err := e.a.UpdateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
 	if err != nil {
-		return err
+		return notFound("cidr", e.cl.args[0], err)
 	}
 	if e.out != formatTable {
 		return emit(e.stdout, e.out, toCIDRObject(c))

@@ -11,7 +11,7 @@
 //	cidr delete NAME                     delete a CIDR (Terminating while addresses hold it)
 //	ip allocate --family 4|6|dual --parent REF    allocate the next free address(es)
 //	ip allocate ADDR --parent REF        allocate a given address
-//	ip get [ADDR] [--parent REF]         list records, or show one
+//	ip get [ADDR | --parent REF]         list records, show one, or those of one owner
 //	ip release ADDR... | --parent REF    release addresses
 //	repair --consumers FILE [--dry-run] [--leak-grace 60s]
 //	usage                                size, used and free addresses per CIDR prefix
@@ -264,7 +264,7 @@ Commands:
   ip allocate --family 4|6|dual --parent REF
                                         allocate the next free address (of each family)
   ip allocate ADDR --parent REF         allocate the given address
-  ip get [ADDR] [--parent REF]          list address records, or show one
+  ip get [ADDR | --parent REF]          list address records, show one, or an owner's
   ip release ADDR... | --parent REF     release addresses
   repair --consumers FILE [--dry-run] [--leak-grace 60s]
                                         reconcile records with a consumers file

@@ -256,6 +256,34 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// What the help and the docs say matches what the commands do: ip get
+// takes an address or --parent, not both, and every not-found error reads
+// the same, cidr update's included.
+func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "single", "10.0.0.0/24")
+	c.fail(exitNotFound, `ipamctl: cidr "nope" not found`, "cidr", "update", "nope", "10.1.0.0/24", "fd00:1::/120")
+
+	const ipGet = "ip get [ADDR | --parent REF]"
+	c.fail(exitUsage, "give an address or --parent, not both", "ip", "get", "10.0.0.1", "--parent", "services/default/a")
+	c.fail(exitUsage, "usage: ipamctl "+ipGet, "ip", "get", "10.0.0.1", "10.0.0.2")
+	if help := c.ok("help"); !strings.Contains(help, ipGet) {
+		t.Errorf("help does not say %q:\n%s", ipGet, help)
+	}
+	for file, want := range map[string]string{
+		"main.go":   "//\t" + ipGet,                                   // the package doc
+		"README.md": "`" + strings.ReplaceAll(ipGet, "|", `\|`) + "`", // in a table
+	} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s does not say %q", file, want)
+		}
+	}
+}
+
 // TestFamilyFlagReadsAlikeWithAndWithoutAnAddress: --family is read the
 // same way, in any case, whether ip allocate is given an address or not;
 // with one, it must name the address's family.
