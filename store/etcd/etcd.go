@@ -108,10 +108,12 @@
 // too. A batch may hold at most MaxBatch addresses.
 //
 // A *store.FencedError's Seen is the revision of the fenced CIDR's last
-// change or, if it is gone, of its first change after the fence's revision
-// (read with a watch of its key from there; 0 if that history is
-// compacted): a revision every Watch of the store delivers, where etcd's
-// current one may be another key's.
+// change or, if it is gone, from DeleteCIDR, of its first change after the
+// fence's revision (read with a watch of its key from there, which etcd
+// answers within 100 ms; 0 if that history is compacted); from
+// CreateAddresses, 0 for a CIDR gone, so that an allocation fenced out
+// fails at once. It is a revision every Watch of the store delivers, where
+// etcd's current one may be another key's.
 //
 // A create, once sent, is not canceled with the caller's ctx: etcd may
 // apply it all the same. CreateAddresses waits up to 5 s past ctx for
@@ -496,11 +498,11 @@ func neverHolds(fences []store.Fence) error {
 }
 
 // failedFence returns the first fence that the reads rs (one per fence),
-// made at revision at, show to be broken, or nil.
-func (s *Store) failedFence(ctx context.Context, fences []store.Fence, rs []*clientv3.GetResponse, at int64) error {
+// made at revision at, show to be broken, or nil. See fenced for history.
+func (s *Store) failedFence(ctx context.Context, fences []store.Fence, rs []*clientv3.GetResponse, at int64, history bool) error {
 	for i, f := range fences {
 		if kvs := rs[i].Kvs; len(kvs) == 0 || kvs[0].ModRevision != f.Revision {
-			return s.fenced(ctx, f, kvs, at)
+			return s.fenced(ctx, f, kvs, at, history)
 		}
 	}
 	return nil
@@ -510,16 +512,24 @@ func (s *Store) failedFence(ctx context.Context, fences []store.Fence, rs []*cli
 // revision at found broken (kvs: the CIDR's key, as read). Its Seen is the
 // revision of a change of that key, which every watch of the store
 // delivers; at is etcd's revision, maybe of another key (another prefix's,
-// another application's), which no watch of the store would reach.
-func (s *Store) fenced(ctx context.Context, f store.Fence, kvs []*mvccpb.KeyValue, at int64) error {
-	if len(kvs) > 0 {
+// another application's), which no watch of the store would reach. For a
+// CIDR gone since, only a watch of its history tells when (firstChange),
+// which etcd serves from its next sync of past watchers, up to 100 ms
+// later: so only with history; else Seen is 0, unknown. An allocation
+// fenced out does not wait on Seen (it re-reads the CIDR); the
+// finalizer's DeleteCIDR does.
+func (s *Store) fenced(ctx context.Context, f store.Fence, kvs []*mvccpb.KeyValue, at int64, history bool) error {
+	switch {
+	case len(kvs) > 0:
 		return &store.FencedError{Fence: f, Seen: kvs[0].ModRevision}
+	case history:
+		return &store.FencedError{Fence: f, Seen: s.firstChange(ctx, s.cidrKey(f.CIDR), f.Revision, at)}
 	}
-	return &store.FencedError{Fence: f, Seen: s.firstChange(ctx, s.cidrKey(f.CIDR), f.Revision, at)}
+	return &store.FencedError{Fence: f}
 }
 
 // firstChangeWait bounds firstChange's watch, which etcd answers from its
-// history at once.
+// history at its next sync of past watchers (every 100 ms).
 const firstChangeWait = 2 * time.Second
 
 // firstChange returns the revision of the first change of key after
@@ -598,7 +608,7 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 	if err := neverHolds(fences); err != nil {
 		return err
 	}
-	if err := s.failedFence(ctx, fences, rs[1:], resp.Header.Revision); err != nil {
+	if err := s.failedFence(ctx, fences, rs[1:], resp.Header.Revision, true); err != nil {
 		return err
 	}
 	return fmt.Errorf("CIDR %q: delete refused for no reason etcd showed: %w", name, store.ErrConflict)
@@ -696,7 +706,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			return nil, s.wrap("create addresses", err)
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != f.Revision {
-			return nil, s.fenced(ctx, f, resp.Kvs, resp.Header.Revision)
+			return nil, s.fenced(ctx, f, resp.Kvs, resp.Header.Revision, false)
 		}
 		puts = append(puts, clientv3.OpPut(key, string(resp.Kvs[0].Value)))
 	}
@@ -751,7 +761,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 				return nil, &store.AddressExistsError{Addr: r.Addr}
 			}
 		}
-		if err := s.failedFence(ctx, fences, rs[len(recs):], why.Header.Revision); err != nil {
+		if err := s.failedFence(ctx, fences, rs[len(recs):], why.Header.Revision, false); err != nil {
 			return nil, err
 		}
 		if attempt >= maxCreateAttempts {

@@ -392,7 +392,12 @@ func testFencedSeen(t *testing.T, s store.Store) {
 			if err := call.do(); !errors.As(err, &fe) || fe.Fence != tc.fence {
 				t.Fatalf("%s fenced on %+v: %v, want a FencedError naming it", call.name, tc.fence, err)
 			}
-			// The store has the CIDR's history here, so Seen is known.
+			// The store has the CIDR's history here, so Seen is known,
+			// but for an allocation fenced on a CIDR gone since: finding
+			// when may cost a store time an allocation should not wait.
+			if fe.Seen == 0 && call.name == "CreateAddresses" && tc.fence.CIDR == d.Name {
+				continue
+			}
 			if fe.Seen < tc.after || fe.Seen > last.Revision {
 				t.Fatalf("%s fenced on %+v: Seen = %d, want from %d (the fence broke) to %d (the store's latest write)", call.name, tc.fence, fe.Seen, tc.after, last.Revision)
 			}
