@@ -302,7 +302,7 @@ func (a *Allocator) Store() store.Store { return a.st }
 
 // AllocateNext allocates a free address of family f to owner, from a live
 // CIDR chosen by the Policy, in its upper band first (KEP-3070). On a
-// full family it fails with ErrFull before owner is validated.
+// full family it fails with ErrFull whatever the owner.
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
 	if err := a.checkOpen(); err != nil {
 		return ipaddress.IPAddress{}, err
@@ -384,14 +384,15 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 // static address is taken; done is then false and the general path, which
 // retries, maps the refusal and reports, takes over.
 func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.ParentRef, r request) (rec ipaddress.IPAddress, done bool, err error) {
-	if a.knownFull(r) {
-		return rec, true, ErrFull // whatever the owner: see allocateOnce
-	}
-	if err := owner.Validate(); err != nil {
-		return rec, true, err
-	}
+	// The order of allocateOnce, whose doc says why.
 	if err := ctx.Err(); err != nil {
 		return rec, true, err
+	}
+	if a.knownFull(r) {
+		return rec, true, ErrFull
+	}
+	if owner.Validate() != nil {
+		return rec, false, nil // allocateOnce finds whether the range is full
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -485,24 +486,23 @@ func (s sources) failedAt(i int) sources {
 // allocateOnce serves reqs atomically, retrying when another allocator won
 // a race for an address; it returns where the last choices came from.
 func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef, reqs []request, dryRun bool, out *results) (sources, error) {
-	// A range known to be full fails the request whatever its owner, as
-	// the reference does: it finds no address before it builds an
-	// IPAddress to validate. It also keeps that failure cheap.
-	if a.knownFull(reqs...) {
-		if a.cfg.observer == nil {
-			return sourcesOf(nil), ErrFull
-		}
-		// The observer is told which CIDR the policy would have blamed,
-		// which takes mu. Room made since the mark was read is served below.
-		var buf [2]choice
-		a.mu.Lock()
-		choices, err := a.chooseLocked(reqs, nil, buf[:0])
-		a.mu.Unlock()
-		if errors.Is(err, ErrFull) {
-			return sourcesOf(choices).failedAt(len(choices) - 1), err
-		}
+	// Whatever the path, store or observer, the first of these decides: an
+	// ended context; a range that cannot serve a request (ErrFull), as in
+	// the reference, which finds no address before it builds an IPAddress
+	// to validate; an invalid owner; then whatever choosing and creating
+	// find. A context ending later is checked per attempt below.
+	if err := ctx.Err(); err != nil {
+		return sourcesOf(nil), err
+	}
+	if a.cfg.observer == nil && a.knownFull(reqs...) {
+		// Cheap, and what choosing would answer; but an observer is told
+		// which CIDR the policy blamed, which takes choosing.
+		return sourcesOf(nil), ErrFull
 	}
 	if err := owner.Validate(); err != nil {
+		if from, full := a.fullFor(reqs); full {
+			return from, ErrFull
+		}
 		return sourcesOf(nil), err
 	}
 	var skip []netip.Addr // taken per the store, though the index did not know yet
@@ -816,15 +816,30 @@ func (l liveSource) full() choice {
 	return choice{fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
-// knownFull reports, without mu, that some dynamic request of reqs is for
-// a family whose live pools are all known full.
+// knownFull reports, without mu, that the first request of reqs is
+// dynamic and for a family whose live pools are all known full.
 func (a *Allocator) knownFull(reqs ...request) bool {
-	for _, r := range reqs {
-		if fam, ok := famOf(r.family); ok && !r.addr.IsValid() && a.full[fam].Load() {
-			return true
-		}
+	// Only the first request: choosing tries them in order, and the first
+	// that fails decides, which may be another's error than ErrFull.
+	r := reqs[0]
+	fam, ok := famOf(r.family)
+	return ok && !r.addr.IsValid() && a.full[fam].Load()
+}
+
+// fullFor reports whether choosing fails reqs with ErrFull, and where it
+// would have served them from: for an allocation that fails anyway (an
+// invalid owner), which is ErrFull if the range is full. Counters cannot
+// always tell (a pool with excluded addresses, a family whose CIDRs are
+// all Terminating), so it chooses.
+func (a *Allocator) fullFor(reqs []request) (sources, bool) {
+	var buf [2]choice
+	a.mu.Lock()
+	choices, err := a.chooseLocked(reqs, nil, buf[:0])
+	a.mu.Unlock()
+	if !errors.Is(err, ErrFull) {
+		return sources{}, false
 	}
-	return false
+	return sourcesOf(choices).failedAt(len(choices) - 1), true
 }
 
 // remarkOpenLocked marks open[fam] anew from live, and sets full[fam].

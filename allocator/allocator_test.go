@@ -212,6 +212,63 @@ func TestFullRangeFailsTheRequestWhateverTheOwner(t *testing.T) {
 	}
 }
 
+// The same when counters cannot tell the family is full and choosing must:
+// a pool holding an excluded address, a family whose CIDRs are all
+// Terminating. And an ended context comes first, on every path.
+func TestFullFamilyFailsWhateverTheOwnerWhenOnlyChoosingTells(t *testing.T) {
+	ctx := context.Background()
+	bad := ipaddress.ParentRef{Resource: "Services", Name: "web"}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, observed := range []bool{false, true} {
+		opts := func(more ...allocator.Option) []allocator.Option {
+			if observed {
+				more = append(more, allocator.WithObserver(&recorder{}))
+			}
+			return more
+		}
+		excluded, _ := newAllocator(t, []string{"kubernetes=10.96.0.0/29"}, opts(allocator.WithExcluded(netipx.IPRangeFrom(ip("10.96.0.6"), ip("10.96.0.6"))))...)
+		fill(t, excluded, ipaddress.IPv4, "s")
+		dying, _ := newAllocator(t, []string{"kubernetes=10.96.0.0/29"}, opts()...)
+		mustStatic(t, dying, "10.96.0.1", "kubernetes")
+		if err := dying.DeleteCIDR(ctx, "kubernetes"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+			t.Fatalf("DeleteCIDR: %v, want blocked", err)
+		}
+		for name, a := range map[string]*allocator.Allocator{"excluded": excluded, "terminating": dying} {
+			for _, owner := range []ipaddress.ParentRef{svc("good"), bad} {
+				if _, err := a.AllocateNext(ctx, ipaddress.IPv4, owner); !errors.Is(err, allocator.ErrFull) || errors.Is(err, ipaddress.ErrInvalid) {
+					t.Errorf("observed=%v, %s, owner %v: %v, want ErrFull alone", observed, name, owner, err)
+				}
+				if _, err := a.AllocateNext(ended, ipaddress.IPv4, owner); !errors.Is(err, context.Canceled) {
+					t.Errorf("observed=%v, %s, owner %v, context ended: %v, want context.Canceled", observed, name, owner, err)
+				}
+			}
+		}
+	}
+}
+
+// A dual-stack request fails with the error of its first request that
+// fails, in family order, with or without an observer (which takes
+// another path): a refused static IPv4 address, not the full IPv6 family.
+func TestDualStackFailsAlikeWithAndWithoutAnObserver(t *testing.T) {
+	ctx := context.Background()
+	for _, owner := range []ipaddress.ParentRef{svc("good"), {Resource: "Services", Name: "web"}} {
+		var errs [2]error
+		for i, observed := range []bool{false, true} {
+			var opts []allocator.Option
+			if observed {
+				opts = append(opts, allocator.WithObserver(&recorder{}))
+			}
+			a, _ := newAllocator(t, []string{"v4=10.96.0.0/24", "v6=fd00::/125"}, opts...)
+			fill(t, a, ipaddress.IPv6, "s")
+			_, _, errs[i] = a.AllocateDualStack(ctx, owner, ip("192.168.0.1"), netip.Addr{})
+		}
+		if errs[0] == nil || errs[1] == nil || errs[0].Error() != errs[1].Error() {
+			t.Errorf("owner %v: without an observer %v; with one %v; want the same error", owner, errs[0], errs[1])
+		}
+	}
+}
+
 // A full range is known full from counters kept as the index changes, so
 // AllocateNext fails without waiting for the lock (here held by someone
 // else), and the range serves again as soon as an address is released or a
