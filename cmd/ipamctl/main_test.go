@@ -782,3 +782,20 @@ func TestReadsChangeNothingAndAnEmptyDBFlagIsRefused(t *testing.T) {
 		t.Fatalf("a read wrote to an empty file (%v)", err)
 	}
 }
+
+// A CIDR name that no CIDR can have is refused before the store is
+// opened, by cidr delete and cidr update as by cidr create: exit 2, and
+// no --db file created.
+func TestAnInvalidCIDRNameIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
+	for _, args := range [][]string{
+		{"cidr", "create", "Not_A_Name", "10.0.0.0/24"},
+		{"cidr", "delete", "Not_A_Name"},
+		{"cidr", "update", "Not_A_Name", "10.0.0.0/24", "fd00::/64"},
+	} {
+		missing := filepath.Join(t.TempDir(), "typo.db")
+		r := (&cli{t: t, store: []string{"--db", missing}}).run(args...)
+		if _, err := os.Stat(missing); r.code != exitUsage || !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%v: exit %d (stderr %q), file stat %v; want exit 2 and no file", args, r.code, r.stderr, err)
+		}
+	}
+}
