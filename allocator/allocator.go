@@ -821,6 +821,9 @@ func (l liveSource) full() choice {
 func (a *Allocator) knownFull(reqs ...request) bool {
 	// Only the first request: choosing tries them in order, and the first
 	// that fails decides, which may be another's error than ErrFull.
+	if len(reqs) == 0 {
+		return false
+	}
 	r := reqs[0]
 	fam, ok := famOf(r.family)
 	return ok && !r.addr.IsValid() && a.full[fam].Load()
