@@ -22,8 +22,10 @@ type AllocationEvent struct {
 	// CIDR is the CIDR the address was (or would have been) taken from:
 	// for "range is full", the one the policy would have tried first; for
 	// a static address refused inside a live CIDR (excluded, taken), that
-	// CIDR. Empty when no live CIDR serves the request, and when the
-	// context had ended before one was chosen, whatever the store.
+	// CIDR. Empty when no live CIDR serves the request, when the context
+	// had ended before one was chosen, whatever the store, and for an
+	// invalid owner's request on a range with room (the owner's error is
+	// no CIDR's; on a full range the request is "range is full", above).
 	CIDR     string
 	Err      error
 	Duration time.Duration

@@ -39,7 +39,7 @@ type command struct {
 var commands = []command{
 	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
 	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs},
-	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, readOnly: true},
+	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg},
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},
 	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR | --parent REF]", run: ipGet, parse: ipGetArgs, readOnly: true},
@@ -166,19 +166,26 @@ func cidrCreateArgs(e *env) error {
 	return cidrset.CIDR{Name: e.cl.args[0], Prefixes: prefixes}.Validate()
 }
 
-// cidrUpdateArgs checks the name and the prefixes.
+// cidrUpdateArgs checks the CIDR as it would be after the update; whether
+// the stored one may become it is the store's to say.
 func cidrUpdateArgs(e *env) error {
-	if err := cidrset.ValidateName(e.cl.args[0]); err != nil {
+	prefixes, err := parsePrefixes(e.cl.args[1:])
+	if err != nil {
 		return err
 	}
-	prefixes, err := parsePrefixes(e.cl.args[1:])
 	e.in.prefixes = prefixes
-	return err
+	return cidrset.CIDR{Name: e.cl.args[0], Prefixes: prefixes}.Validate()
 }
 
-// cidrNameArg checks the name of cidr delete: one no CIDR can have is a
-// mistake (exit 2) found before the store is opened, not a lookup.
-func cidrNameArg(e *env) error { return cidrset.ValidateName(e.cl.args[0]) }
+// cidrNameArg checks the NAME of cidr delete and cidr get, if given: one
+// no CIDR can have is a mistake (exit 2) found before the store is
+// opened, not a lookup.
+func cidrNameArg(e *env) error {
+	if len(e.cl.args) == 0 {
+		return nil
+	}
+	return cidrset.ValidateName(e.cl.args[0])
+}
 
 func cidrCreate(e *env) error {
 	c, err := e.a.CreateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)

@@ -783,14 +783,17 @@ func TestReadsChangeNothingAndAnEmptyDBFlagIsRefused(t *testing.T) {
 	}
 }
 
-// A CIDR name that no CIDR can have is refused before the store is
-// opened, by cidr delete and cidr update as by cidr create: exit 2, and
-// no --db file created.
+// A CIDR name, or a set of prefixes, that no CIDR can have is refused
+// before the store is opened, by every cidr command: exit 2, and no --db
+// file created.
 func TestAnInvalidCIDRNameIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 	for _, args := range [][]string{
 		{"cidr", "create", "Not_A_Name", "10.0.0.0/24"},
 		{"cidr", "delete", "Not_A_Name"},
 		{"cidr", "update", "Not_A_Name", "10.0.0.0/24", "fd00::/64"},
+		{"cidr", "get", "Not_A_Name"},
+		// Two prefixes of one family: no CIDR can be that.
+		{"cidr", "update", "x", "10.0.0.0/24", "10.1.0.0/24"},
 	} {
 		missing := filepath.Join(t.TempDir(), "typo.db")
 		r := (&cli{t: t, store: []string{"--db", missing}}).run(args...)
