@@ -56,6 +56,9 @@ func NewFloorIndexed(prefix netip.Prefix) *FloorIndexed {
 }
 
 // offset returns addr's bit, and false if addr is not a usable address.
+// It and AllocateNext repeat Floor's code on purpose: shared through one
+// type, the floors measured 5–12 % slower (12 paired rounds), and a floor
+// is the least work.
 func (f *FloorIndexed) offset(addr netip.Addr) (uint64, bool) {
 	x := u128.FromAddr(addr)
 	if addr.Is4() != f.is4 || x.Less(f.first) {
