@@ -295,63 +295,80 @@ Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found,
 `
 
 func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	inv, err := parseLine(argv, stdin, stdout, stderr)
+	if err != nil || inv == nil { // an error, or help printed
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, inv.timeout)
+	defer cancel()
+	inv.e.ctx = ctx
+	err = runCmd(inv.e, inv.cmd, inv.spec)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("timed out after %v (see --timeout): %w", inv.timeout, err)
+	}
+	return err
+}
+
+// invocation is a command line checked in full, ready to run.
+type invocation struct {
+	e       *env // without its ctx, which runErr gives it
+	cmd     command
+	spec    storeSpec
+	timeout time.Duration
+}
+
+// parseLine checks everything on the command line before any of it is
+// acted on, so that a mistake exits 2 having created no file, waited for
+// no lock and contacted no etcd (it only reads TLS files named by flags).
+// It returns nil and no error when it printed the help.
+func parseLine(argv []string, stdin io.Reader, stdout, stderr io.Writer) (*invocation, error) {
 	cl, err := parseArgs(argv)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if cl.has("help") || len(cl.args) == 0 || cl.args[0] == "help" {
 		if len(cl.args) == 0 && !cl.has("help") {
-			return usageErrorf("usage: a command is required")
+			return nil, usageErrorf("usage: a command is required")
 		}
 		fmt.Fprint(stdout, strings.TrimPrefix(usageText, "\n"))
-		return nil
+		return nil, nil
 	}
 	out, err := parseFormat(cl.flags["output"])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	timeout := 30 * time.Second
 	if s, ok := cl.flags["timeout"]; ok {
 		if timeout, err = time.ParseDuration(s); err != nil || timeout <= 0 {
-			return usageErrorf("--timeout %q: must be a positive duration such as 30s", s)
+			return nil, usageErrorf("--timeout %q: must be a positive duration such as 30s", s)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
 	log := slog.New(slog.DiscardHandler)
 	if cl.has("v") {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cmd, ok := lookup(cl.args)
 	if !ok {
-		return usageErrorf("usage: unknown command %q", strings.Join(cl.args, " "))
+		return nil, usageErrorf("usage: unknown command %q", strings.Join(cl.args, " "))
 	}
 	if err := cl.allow(cmd.name, cmd.flags...); err != nil {
-		return err
+		return nil, err
 	}
 	cl.args = cl.args[len(strings.Fields(cmd.name)):]
 	if err := cmd.checkArgs(cl.args); err != nil {
-		return err
+		return nil, err
 	}
-	// Everything on the line is checked before any of it is acted on: a
-	// mistake exits 2 having created no file, waited for no lock and
-	// contacted no etcd.
 	spec, err := parseStoreFlags(cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	e := &env{ctx: ctx, cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), readOnly: cmd.readOnly}
+	e := &env{cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), readOnly: cmd.readOnly}
 	if cmd.parse != nil {
 		if err := cmd.parse(e); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	err = runCmd(e, cmd, spec)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("timed out after %v (see --timeout): %w", timeout, err)
-	}
-	return err
+	return &invocation{e: e, cmd: cmd, spec: spec, timeout: timeout}, nil
 }
 
 // runCmd runs cmd: its input is read first, so that the store (and a
