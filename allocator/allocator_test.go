@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1814,5 +1815,60 @@ func TestEnsureDefaultRefusesAnInvalidConfigurationWhateverIsStored(t *testing.T
 		if got, err := st.GetCIDR(ctx, cidrset.DefaultName); stored != nil && (err != nil || !slices.Equal(got.Prefixes, stored)) {
 			t.Errorf("stored %v: after the refusal %+v, %v", stored, got, err)
 		}
+	}
+}
+
+// probeSource is a rand.Source that records how many callers were in it at
+// once; its Uint64 lingers, so that overlapping calls do overlap.
+type probeSource struct{ in, most atomic.Int32 }
+
+func (p *probeSource) Uint64() uint64 {
+	n := p.in.Add(1)
+	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+	}
+	time.Sleep(20 * time.Microsecond)
+	p.in.Add(-1)
+	return uint64(n) * 0x9e3779b97f4a7c15
+}
+
+// One RandomStart value, with a source of the embedder's, given to two
+// allocators that each have their own lock (a store other than memory's)
+// is used by both at once: it must read its source one caller at a time.
+func TestRandomStartSharedByAllocatorsReadsItsSourceOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	src := &probeSource{}
+	strategy := allocator.RandomStart(src)
+	var as []*allocator.Allocator
+	for range 2 {
+		a, err := allocator.New(ctx, unlockedStore{st}, allocator.WithStrategy(strategy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		as = append(as, a)
+	}
+	if _, err := as[0].CreateCIDR(ctx, "c", pfx("10.0.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i, a := range as {
+		wg.Go(func() {
+			for j := range 200 {
+				r, err := a.AllocateNext(ctx, ipaddress.IPv4, svc(fmt.Sprintf("s%d-%d", i, j)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := a.Release(ctx, r.Addr); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if most := src.most.Load(); most != 1 {
+		t.Fatalf("%d callers were in the source at once, want 1", most)
 	}
 }

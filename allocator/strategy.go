@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/netipam/netipam/cidrset"
@@ -14,7 +15,10 @@ import (
 // Strategy chooses where, inside a band, dynamic allocation starts looking:
 // the allocator takes the first free address at or after that point,
 // wrapping around to the band's start. Start is called with the allocator's
-// lock held, never concurrently.
+// lock held, never concurrently by one allocator; but allocators over a
+// store that is not the memory store each have their own lock, so a
+// Strategy value given to several of them must be safe for concurrent use,
+// as the built-in ones are.
 type Strategy interface {
 	// Start returns an offset in [0, n) for a band of n addresses (n >= 1).
 	// An offset past the band is taken modulo n.
@@ -30,11 +34,26 @@ func (s randomStart) Start(n cidrset.Count) cidrset.Count {
 // RandomStart is the Kubernetes strategy and the default: a uniformly random
 // starting point, then the first free address upward. With src nil it uses
 // math/rand/v2's global source; pass a seeded source for reproducible runs.
+// The Strategy is safe for concurrent use: a src, which need not be, is
+// read under a lock of its own.
 func RandomStart(src rand.Source) Strategy {
 	if src == nil {
 		return randomStart{next: rand.Uint64}
 	}
-	return randomStart{next: src.Uint64}
+	l := &lockedSource{src: src}
+	return randomStart{next: l.Uint64}
+}
+
+// lockedSource serializes a rand.Source that allocators share.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
+}
+
+func (l *lockedSource) Uint64() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.src.Uint64()
 }
 
 type sequential struct{}
@@ -57,8 +76,10 @@ type Candidate struct {
 // distinct live prefix serves the family; the allocator tries them in that
 // order, skipping full ones. A candidate is a prefix: live CIDRs with the
 // same prefix share one, named, served and fenced by the oldest of them.
-// Order is called with the allocator's lock held, on every such
-// allocation, with every candidate of the family (oldest first): a policy
+// Order is called with the allocator's lock held (one Policy value given
+// to several allocators must be safe for concurrent use, as for
+// Strategy), on every such allocation, with every candidate of the family
+// (oldest first): a policy
 // of its own costs the allocator that much each time,
 // which matters from a few hundred CIDRs on. The built-in policies are not
 // called: the allocator keeps OldestFirst's order, and finds MostFree's
