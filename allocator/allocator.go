@@ -988,7 +988,9 @@ func (a *Allocator) excludedRunAt(pl *pool, x u128.U128) (start, end u128.U128, 
 	return a.excluded[pl.fam].RunAt(x)
 }
 
-// Release frees addr, whatever the state of the CIDR it is in. Releasing an
+// Release frees addr, whatever the state of the CIDR it is in; an address
+// that is not allocated is an error matching ErrNotFound (a retried
+// release may take it for done). Releasing an
 // address inside a Terminating CIDR re-checks whether that CIDR may go;
 // over a store whose watch lags (etcd), that first waits, at most 5 s and
 // within ctx, for the index to apply the release. The address is free

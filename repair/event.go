@@ -113,8 +113,8 @@ type Event struct {
 	Ref ipaddress.ParentRef
 	// Holders lists every consumer holding the address, for Duplicate.
 	Holders []ipaddress.ParentRef
-	// Age is the record's age, for Leak and WrongReference and their
-	// pending variants.
+	// Age is the record's age as its stamp says (0 if the store stamps
+	// none), for Leak and WrongReference and their pending variants.
 	Age time.Duration
 	// Message says what was found and done, in the reference's words.
 	Message string

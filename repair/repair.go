@@ -330,15 +330,18 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 		kind, pendingKind = Leak, LeakPending
 	}
 	age := p.now.Sub(rec.Created)
+	// youngest is the least the record's age may be, for the grace: a
+	// stamp of whole seconds (the memory store's) may stand for any time
+	// in its second, so the record may be a second younger than its stamp
+	// says. Reports give the age the stamp says.
+	youngest := age
 	switch {
 	case rec.Created.IsZero():
-		age = p.grace + 1 // a store that does not stamp records: no grace
+		age, youngest = 0, p.grace+1 // a store that does not stamp records: no grace
 	case rec.Created.Nanosecond() == 0:
-		// A stamp of whole seconds (the memory store's) may stand for
-		// any time in its second: the record may be a second younger.
-		age -= time.Second
+		youngest -= time.Second
 	}
-	if age <= p.grace {
+	if youngest <= p.grace {
 		var msg string
 		if kind == Leak {
 			msg = fmt.Sprintf("%s of %s has no parent, but was created %s ago (grace %s): checking again later", addr, rec.Parent, age.Round(time.Millisecond), p.grace)
@@ -346,7 +349,7 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 			msg = fmt.Sprintf("%s for %s is not held by it, but was created %s ago (grace %s): checking again later", addr, rec.Parent, age.Round(time.Millisecond), p.grace)
 		}
 		p.emit(Event{Kind: pendingKind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
-		p.pending(p.grace - age + 1)
+		p.pending(p.grace - youngest + 1)
 		return
 	}
 	var msg string

@@ -254,7 +254,11 @@ func TestRecordWithMissingParentIsDeletedAfterGraceLeak(t *testing.T) {
 		t.Errorf("event %+v", ev)
 	}
 	// The memory store stamps whole seconds: the record may be a second
-	// younger than its stamp says, and is treated as if it were.
+	// younger than its stamp says, and is treated as if it were; but the
+	// age reported is the stamp's (never below zero for a new record).
+	if ev.Age < 20*time.Second || ev.Age >= 21*time.Second || strings.Contains(ev.Message, "created -") {
+		t.Errorf("Age %v (%q), want the stamp's 20 s", ev.Age, ev.Message)
+	}
 	if rep.RetryAfter <= 40*time.Second || rep.RetryAfter > 42*time.Second {
 		t.Errorf("RetryAfter = %v, want about 41s", rep.RetryAfter)
 	}
