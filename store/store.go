@@ -210,7 +210,9 @@ type Locked interface {
 	// would, for a caller that keeps an index of the store under the same
 	// lock: the watcher self, the caller's own (nil for none), is not told
 	// of the write, and the caller applies it to its index itself. It
-	// returns the record's revision and creation time.
+	// returns the record's revision and creation time. Watchers are told
+	// apart from self with ==, so a store.Locked store's Watch refuses a
+	// watcher of an uncomparable type (ipaddress.ErrInvalid).
 	CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence Fence, self Watcher) (rev int64, created time.Time, err error)
 	// DeleteAddressLocked is DeleteAddress for a caller holding Mutex that
 	// does not want the record back; self is as for CreateAddressLocked.

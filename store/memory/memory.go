@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -460,6 +461,12 @@ func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.lock(ctx); err != nil {
 		return err
+	}
+	if w == nil || !reflect.TypeOf(w).Comparable() {
+		// A locked write tells apart its caller's own watcher with ==,
+		// after the write: an uncomparable one would panic there.
+		s.mu.Unlock()
+		return &ipaddress.FieldError{Field: "watcher", Value: fmt.Sprintf("%T", w), Detail: "must be of a comparable type (a pointer, say): a store.Locked write compares it with its caller's"}
 	}
 	reg := s.registerLocked(ctx, w)
 	context.AfterFunc(ctx, func() {

@@ -226,3 +226,44 @@ func TestCreatedIsWhatIsKeptWhateverTheClock(t *testing.T) {
 		}
 	}
 }
+
+// valueWatcher is a Watcher of an uncomparable type: a struct holding a map.
+type valueWatcher struct{ held map[netip.Addr]bool }
+
+func (valueWatcher) Reset(store.Snapshot) {}
+func (valueWatcher) Apply(store.Event)    {}
+
+// A locked write tells its caller's own watcher apart with ==, after the
+// write: Watch refuses a watcher that == would panic on, and nil, rather
+// than have a later write panic with the record stored and the other
+// watchers untold. A locked write naming such a self still works.
+func TestWatchRefusesAWatcherItCannotCompare(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	for _, w := range []store.Watcher{valueWatcher{held: map[netip.Addr]bool{}}, nil} {
+		if err := s.Watch(ctx, w); !errors.Is(err, ipaddress.ErrInvalid) {
+			t.Fatalf("Watch(%T) = %v, want ErrInvalid", w, err)
+		}
+	}
+	c, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &addressWatcher{}
+	if err := s.Watch(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	self := valueWatcher{held: map[netip.Addr]bool{}}
+	a := netip.MustParseAddr("10.0.0.1")
+	s.Mutex().Lock()
+	defer s.Mutex().Unlock()
+	if _, _, err := s.CreateAddressLocked(a, ipaddress.ParentRef{Resource: "services", Name: "x"}, store.Fence{CIDR: "c", Revision: c.Revision}, self); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteAddressLocked(a, self); err != nil {
+		t.Fatal(err)
+	}
+	if len(other.changes) != 2 {
+		t.Fatalf("the other watcher was told %q, want the create and the delete", other.changes)
+	}
+}
