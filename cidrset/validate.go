@@ -35,6 +35,11 @@ func invalid(field, value, detail string) error {
 	return &ipaddress.FieldError{Field: field, Value: value, Detail: detail}
 }
 
+// required is a field error for a value missing.
+func required(field, detail string) error {
+	return &ipaddress.FieldError{Field: field, Detail: detail, Required: true}
+}
+
 // joinErrs returns nil for no error, the error itself for one, and a flat
 // errors.Join of them otherwise (joined errors among errs are expanded).
 func joinErrs(errs ...error) error {
@@ -146,7 +151,7 @@ func ValidatePrefix(p netip.Prefix) error { return validatePrefix(fieldCIDRs, p)
 func validatePrefix(field string, p netip.Prefix) error {
 	switch {
 	case !p.IsValid():
-		return invalid(field, "", detailInvalidCIDR)
+		return required(field, detailInvalidCIDR) // the zero Prefix: none given
 	case p.Addr().Zone() != "":
 		return invalid(field, p.String(), detailInvalidCIDR)
 	case p.Addr().Is4In6():
@@ -190,7 +195,7 @@ func (c CIDR) Validate() error {
 func validatePrefixes(ps []netip.Prefix) error {
 	switch {
 	case len(ps) == 0:
-		return invalid(fieldCIDRs, "", detailNoCIDR)
+		return required(fieldCIDRs, detailNoCIDR)
 	case len(ps) > maxPrefixes:
 		return invalid(fieldCIDRs, prefixesValue(ps), detailTooMany)
 	}

@@ -47,7 +47,7 @@ func wantErrors(t *testing.T, what string, err error, want ...fe) {
 	t.Helper()
 	got := fieldErrors(t, err)
 	if len(got) != len(want) {
-		t.Errorf("%s: got %d errors %q, want %d %q", what, len(got), got, len(want), want)
+		t.Errorf("%s: got %d errors %+v, want %d %+v", what, len(got), got, len(want), want)
 		return
 	}
 	for i := range got {
@@ -140,7 +140,7 @@ func TestPrefixMustBeInCanonicalForm(t *testing.T) {
 }
 
 func TestValidatePrefixRejectsTheZeroPrefix(t *testing.T) {
-	wantErrors(t, "zero", ValidatePrefix(netip.Prefix{}), fe{Field: "spec.cidrs", Detail: msgInvalidCIDR})
+	wantErrors(t, "zero", ValidatePrefix(netip.Prefix{}), fe{Field: "spec.cidrs", Detail: msgInvalidCIDR, Required: true})
 	if err := ValidatePrefix(netip.MustParsePrefix("10.0.0.0/8")); err != nil {
 		t.Error(err)
 	}
@@ -152,7 +152,7 @@ func TestCIDRNameMustBeDNS1123Subdomain(t *testing.T) {
 			t.Errorf("ValidateName(%q): %v", n, err)
 		}
 	}
-	wantErrors(t, "empty", ValidateName(""), fe{Field: "metadata.name"})
+	wantErrors(t, "empty", ValidateName(""), fe{Field: "metadata.name", Required: true})
 	for _, n := range []string{"Kubernetes", "new_cidr", "-a", "a-", ".a", "a.", "a..b", "a.-b", "a b", "a/b"} {
 		wantErrors(t, n, ValidateName(n), fe{Field: "metadata.name", Value: n, Detail: msgSubdomain})
 	}
@@ -162,7 +162,7 @@ func TestCIDRNameMustBeDNS1123Subdomain(t *testing.T) {
 
 func TestCIDRRequiresAtLeastOnePrefix(t *testing.T) {
 	for _, ps := range [][]netip.Prefix{nil, {}} {
-		wantErrors(t, "no prefix", CIDR{Name: "c", Prefixes: ps}.Validate(), fe{Field: "spec.cidrs", Detail: msgNoCIDR})
+		wantErrors(t, "no prefix", CIDR{Name: "c", Prefixes: ps}.Validate(), fe{Field: "spec.cidrs", Detail: msgNoCIDR, Required: true})
 	}
 }
 
@@ -175,7 +175,7 @@ func TestCIDRPrefixesMustEachBeValid(t *testing.T) {
 	c := CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24"), {}}}
 	wantErrors(t, "two bad", c.Validate(),
 		fe{Field: "spec.cidrs[0]", Value: "10.0.0.1/24", Detail: msgBitsBeyond},
-		fe{Field: "spec.cidrs[1]", Detail: msgInvalidCIDR},
+		fe{Field: "spec.cidrs[1]", Detail: msgInvalidCIDR, Required: true},
 	)
 	c.Prefixes = pfx("fd00::/64", "::ffff:10.0.0.0/104")
 	wantErrors(t, "mapped", c.Validate(),
@@ -208,7 +208,7 @@ func TestCIDRValidateReportsNameAndPrefixProblemsTogether(t *testing.T) {
 	err := CIDR{Name: "Bad_Name"}.Validate()
 	wantErrors(t, "both", err,
 		fe{Field: "metadata.name", Value: "Bad_Name", Detail: msgSubdomain},
-		fe{Field: "spec.cidrs", Detail: msgNoCIDR},
+		fe{Field: "spec.cidrs", Detail: msgNoCIDR, Required: true},
 	)
 	want := `metadata.name: Invalid value: "Bad_Name": ` + msgSubdomain + "\nspec.cidrs: Required value: " + msgNoCIDR
 	if err.Error() != want {
@@ -221,7 +221,7 @@ func TestCIDRNameIsImmutable(t *testing.T) {
 	upd := CIDR{Name: "b", Prefixes: pfx("10.0.0.0/8")}
 	wantErrors(t, "rename", ValidateUpdate(old, upd), fe{Field: "metadata.name", Value: "b", Detail: msgImmutable})
 	upd.Name = ""
-	wantErrors(t, "rename to empty", ValidateUpdate(old, upd), fe{Field: "metadata.name"})
+	wantErrors(t, "rename to empty", ValidateUpdate(old, upd), fe{Field: "metadata.name", Required: true})
 }
 
 func TestCIDRPrefixesAreImmutable(t *testing.T) {
@@ -242,8 +242,8 @@ func TestCIDRPrefixesAreImmutable(t *testing.T) {
 			{Field: "spec.cidrs[1]", Value: "10.0.0.0/16", Detail: msgImmutable},
 		}},
 		{"dual to single", pfx("10.0.0.0/16"), []fe{{Field: "spec.cidrs", Value: "10.0.0.0/16", Detail: msgImmutable}}},
-		{"emptied", nil, []fe{{Field: "spec.cidrs", Detail: msgNoCIDR}}},
-		{"zeroed", []netip.Prefix{{}, netip.MustParsePrefix("fd00::/64")}, []fe{{Field: "spec.cidrs[0]", Detail: msgInvalidCIDR}}},
+		{"emptied", nil, []fe{{Field: "spec.cidrs", Detail: msgNoCIDR, Required: true}}},
+		{"zeroed", []netip.Prefix{{}, netip.MustParsePrefix("fd00::/64")}, []fe{{Field: "spec.cidrs[0]", Detail: msgInvalidCIDR, Required: true}}},
 	} {
 		err := ValidateUpdate(old, CIDR{Name: "c", Prefixes: tc.upd})
 		wantErrors(t, tc.name, err, tc.want...)
@@ -295,4 +295,17 @@ func TestValidateUpdateValidatesTheUpdatedCIDR(t *testing.T) {
 	old := CIDR{Name: "c", Prefixes: pfx("10.0.0.1/24")} // stored before stricter rules
 	wantErrors(t, "unchanged but invalid", ValidateUpdate(old, old.Clone()),
 		fe{Field: "spec.cidrs[0]", Value: "10.0.0.1/24", Detail: msgBitsBeyond})
+}
+
+// An empty CIDR string is a value given, and wrong, as the reference
+// (IsValidCIDR) says; a CIDR with no prefix at all is missing one.
+func TestAnEmptyPrefixIsInvalidNotMissing(t *testing.T) {
+	_, err := ParsePrefix("")
+	if want := `spec.cidrs: Invalid value: "": ` + msgInvalidCIDR; err == nil || err.Error() != want {
+		t.Errorf("ParsePrefix(\"\") = %v, want %s", err, want)
+	}
+	err = CIDR{Name: "c"}.Validate()
+	if want := "spec.cidrs: Required value: " + msgNoCIDR; err == nil || err.Error() != want {
+		t.Errorf("a CIDR with no prefix: %v, want %s", err, want)
+	}
 }

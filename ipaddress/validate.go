@@ -20,8 +20,8 @@ var ErrInvalid = errors.New("invalid")
 //	<field>: Invalid value: "<value>": <detail>
 //
 // The value is printed Go-quoted (%q), so control characters and invalid
-// UTF-8 are escaped. A FieldError with an empty Value reports a missing
-// value instead:
+// UTF-8 are escaped, and an empty value given is printed as "". A
+// FieldError marked Required reports a missing value instead:
 //
 //	<field>: Required value
 //	<field>: Required value: <detail>
@@ -34,11 +34,15 @@ type FieldError struct {
 	Field  string // path of the field, e.g. "spec.cidrs[0]" or "metadata.name"
 	Value  string // the offending value, as given
 	Detail string // what is wrong, in the reference's words
+	// Required marks a value missing, rather than one given that is wrong
+	// (an empty CIDR string is given: `Invalid value: ""`, as the
+	// reference says).
+	Required bool
 }
 
 // Error formats e as described on FieldError.
 func (e *FieldError) Error() string {
-	if e.Value == "" {
+	if e.Required {
 		if e.Detail == "" {
 			return e.Field + ": Required value"
 		}
@@ -92,7 +96,7 @@ func joinErrs(errs []error) error {
 // the zero Addr.
 func ParseAddr(s string) (netip.Addr, error) {
 	invalid := func(detail string) (netip.Addr, error) {
-		return netip.Addr{}, &FieldError{Field: fieldName, Value: s, Detail: detail}
+		return netip.Addr{}, &FieldError{Field: fieldName, Value: s, Detail: detail, Required: s == ""}
 	}
 	if strings.IndexByte(s, '%') >= 0 {
 		// A zone is never part of an allocatable address.
@@ -153,7 +157,7 @@ func ParseAddrLegacy(s string) (netip.Addr, bool) {
 func ValidateAddr(a netip.Addr) error {
 	switch {
 	case !a.IsValid():
-		return &FieldError{Field: fieldName, Detail: detailInvalidIP}
+		return &FieldError{Field: fieldName, Detail: detailInvalidIP, Required: true}
 	case a.Zone() != "":
 		return &FieldError{Field: fieldName, Value: a.String(), Detail: detailInvalidIP}
 	case a.Is4In6():
@@ -171,7 +175,7 @@ func ValidateAddr(a netip.Addr) error {
 // rejected, and the result is validated (ParentRef.Validate).
 func ParseParentRef(s string) (ParentRef, error) {
 	badForm := func() (ParentRef, error) {
-		return ParentRef{}, &FieldError{Field: fieldParentRef, Value: s, Detail: detailParentRefForm}
+		return ParentRef{}, &FieldError{Field: fieldParentRef, Value: s, Detail: detailParentRefForm, Required: s == ""}
 	}
 	parts := strings.Split(s, "/")
 	var p ParentRef
@@ -294,7 +298,7 @@ func (a IPAddress) Validate() error {
 // long and malformed gets both errors, joined. Errors name field.
 func ValidateDNS1123Label(field, value string) error {
 	if value == "" {
-		return &FieldError{Field: field}
+		return &FieldError{Field: field, Required: true}
 	}
 	var errs []error
 	if len(value) > maxLabelLen {
@@ -313,7 +317,7 @@ func ValidateDNS1123Label(field, value string) error {
 // too long and malformed gets both errors, joined. Errors name field.
 func ValidateDNS1123Subdomain(field, value string) error {
 	if value == "" {
-		return &FieldError{Field: field}
+		return &FieldError{Field: field, Required: true}
 	}
 	var errs []error
 	if len(value) > maxSubdomainLen {

@@ -44,7 +44,7 @@ func wantErrors(t *testing.T, what string, err error, want ...FieldError) {
 	t.Helper()
 	got := fieldErrors(t, err)
 	if len(got) != len(want) {
-		t.Errorf("%s: got %d errors %q, want %d %q", what, len(got), got, len(want), want)
+		t.Errorf("%s: got %d errors %+v, want %d %+v", what, len(got), got, len(want), want)
 		return
 	}
 	for i := range got {
@@ -59,10 +59,10 @@ func TestFieldErrorFormat(t *testing.T) {
 		err  FieldError
 		want string
 	}{
-		{FieldError{"metadata.name", "010.0.0.1", msgLeadingZeros}, `metadata.name: Invalid value: "010.0.0.1": must not have leading 0s`},
-		{FieldError{"metadata.name", "a\"b\n", "x"}, `metadata.name: Invalid value: "a\"b\n": x`},
-		{FieldError{"spec.parentRef.name", "", ""}, `spec.parentRef.name: Required value`},
-		{FieldError{"spec.cidrs", "", "at least one CIDR required"}, `spec.cidrs: Required value: at least one CIDR required`},
+		{FieldError{"metadata.name", "010.0.0.1", msgLeadingZeros, false}, `metadata.name: Invalid value: "010.0.0.1": must not have leading 0s`},
+		{FieldError{"metadata.name", "a\"b\n", "x", false}, `metadata.name: Invalid value: "a\"b\n": x`},
+		{FieldError{"spec.parentRef.name", "", "", true}, `spec.parentRef.name: Required value`},
+		{FieldError{"spec.cidrs", "", "at least one CIDR required", true}, `spec.cidrs: Required value: at least one CIDR required`},
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("Error() = %s, want %s", got, tc.want)
@@ -112,7 +112,7 @@ func TestAddrMustBeAValidIPAddress(t *testing.T) {
 		"fe80::1%eth0", "fe80::1%", "10.0.0.1%eth0", "1.2.3.0400",
 	} {
 		a, err := ParseAddr(s)
-		wantErrors(t, s, err, FieldError{"metadata.name", s, msgInvalidIP})
+		wantErrors(t, s, err, FieldError{"metadata.name", s, msgInvalidIP, s == ""})
 		if a.IsValid() {
 			t.Errorf("ParseAddr(%q) returned %v with an error", s, a)
 		}
@@ -128,14 +128,14 @@ func TestAddrMustNotHaveLeadingZeros(t *testing.T) {
 		"2001:db8::00001", "00000fd00::5", "fd00:0:0:0:0:0:0:0000a",
 	} {
 		_, err := ParseAddr(s)
-		wantErrors(t, s, err, FieldError{"metadata.name", s, msgLeadingZeros})
+		wantErrors(t, s, err, FieldError{"metadata.name", s, msgLeadingZeros, s == ""})
 	}
 }
 
 func TestAddrMustNotBeIPv4Mapped(t *testing.T) {
 	for _, s := range []string{"::ffff:10.0.0.1", "::ffff:a00:1", "::FFFF:10.0.0.1", "0::ffff:1.2.3.4"} {
 		_, err := ParseAddr(s)
-		wantErrors(t, s, err, FieldError{"metadata.name", s, msgIPv4Mapped})
+		wantErrors(t, s, err, FieldError{"metadata.name", s, msgIPv4Mapped, s == ""})
 	}
 }
 
@@ -152,7 +152,7 @@ func TestAddrMustBeInCanonicalForm(t *testing.T) {
 		{"FD00::", "fd00::"},
 	} {
 		_, err := ParseAddr(tc.in)
-		wantErrors(t, tc.in, err, FieldError{"metadata.name", tc.in, `must be in canonical form ("` + tc.canonical + `")`})
+		wantErrors(t, tc.in, err, FieldError{"metadata.name", tc.in, `must be in canonical form ("` + tc.canonical + `")`, tc.in == ""})
 	}
 }
 
@@ -163,9 +163,9 @@ func TestValidateAddrRejectsInvalidZonedAndMapped(t *testing.T) {
 	if err := ValidateAddr(netip.MustParseAddr("2001:db8::1")); err != nil {
 		t.Errorf("ValidateAddr(2001:db8::1): %v", err)
 	}
-	wantErrors(t, "zero", ValidateAddr(netip.Addr{}), FieldError{"metadata.name", "", msgInvalidIP})
-	wantErrors(t, "zone", ValidateAddr(netip.MustParseAddr("fe80::1%eth0")), FieldError{"metadata.name", "fe80::1%eth0", msgInvalidIP})
-	wantErrors(t, "mapped", ValidateAddr(netip.MustParseAddr("::ffff:10.0.0.1")), FieldError{"metadata.name", "::ffff:10.0.0.1", msgIPv4Mapped})
+	wantErrors(t, "zero", ValidateAddr(netip.Addr{}), FieldError{"metadata.name", "", msgInvalidIP, true})
+	wantErrors(t, "zone", ValidateAddr(netip.MustParseAddr("fe80::1%eth0")), FieldError{"metadata.name", "fe80::1%eth0", msgInvalidIP, false})
+	wantErrors(t, "mapped", ValidateAddr(netip.MustParseAddr("::ffff:10.0.0.1")), FieldError{"metadata.name", "::ffff:10.0.0.1", msgIPv4Mapped, false})
 }
 
 func TestParentRefStringForms(t *testing.T) {
@@ -194,7 +194,7 @@ func TestParseParentRefRejectsMalformedForms(t *testing.T) {
 		"/ns/name", "a/b/c/d", ".group/name", "services./name", "services./ns/name",
 	} {
 		p, err := ParseParentRef(s)
-		wantErrors(t, s, err, FieldError{"spec.parentRef", s, msgForm})
+		wantErrors(t, s, err, FieldError{"spec.parentRef", s, msgForm, s == ""})
 		if p != (ParentRef{}) {
 			t.Errorf("ParseParentRef(%q) returned %+v with an error", s, p)
 		}
@@ -204,38 +204,38 @@ func TestParseParentRefRejectsMalformedForms(t *testing.T) {
 func TestParseParentRefValidatesTheParts(t *testing.T) {
 	_, err := ParseParentRef("Services.Example_Group/Default/kubernetes-")
 	wantErrors(t, "all parts", err,
-		FieldError{"spec.parentRef.group", "Example_Group", msgSubdomain},
-		FieldError{"spec.parentRef.resource", "Services", msgLabel},
-		FieldError{"spec.parentRef.namespace", "Default", msgLabel},
-		FieldError{"spec.parentRef.name", "kubernetes-", msgSubdomain},
+		FieldError{"spec.parentRef.group", "Example_Group", msgSubdomain, false},
+		FieldError{"spec.parentRef.resource", "Services", msgLabel, false},
+		FieldError{"spec.parentRef.namespace", "Default", msgLabel, false},
+		FieldError{"spec.parentRef.name", "kubernetes-", msgSubdomain, false},
 	)
 }
 
 func TestParentRefResourceIsRequiredLabel(t *testing.T) {
 	p := ParentRef{Namespace: "default", Name: "kubernetes"}
-	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.resource", "", ""})
+	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.resource", "", "", true})
 	for _, r := range []string{"Services", "services.v1", "-services", "services-", "serv ices", "services/x", "sérvices"} {
 		p.Resource = r
-		wantErrors(t, r, p.Validate(), FieldError{"spec.parentRef.resource", r, msgLabel})
+		wantErrors(t, r, p.Validate(), FieldError{"spec.parentRef.resource", r, msgLabel, r == ""})
 	}
 	p.Resource = strings.Repeat("a", 64)
-	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters"})
+	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters", p.Resource == ""})
 	p.Resource = strings.Repeat("a", 63)
 	if err := p.Validate(); err != nil {
 		t.Errorf("63 chars: %v", err)
 	}
 	p.Resource = strings.Repeat("A", 64)
 	wantErrors(t, "64 chars upper", p.Validate(),
-		FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters"},
-		FieldError{"spec.parentRef.resource", p.Resource, msgLabel})
+		FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters", p.Resource == ""},
+		FieldError{"spec.parentRef.resource", p.Resource, msgLabel, p.Resource == ""})
 }
 
 func TestParentRefNameIsRequiredSubdomain(t *testing.T) {
 	p := ParentRef{Resource: "services", Namespace: "default"}
-	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.name", "", ""})
+	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.name", "", "", true})
 	for _, n := range []string{"Kubernetes", "-a", "a-", "a..b", "a.-b", "a_b", ".a", "a.", "a/b"} {
 		p.Name = n
-		wantErrors(t, n, p.Validate(), FieldError{"spec.parentRef.name", n, msgSubdomain})
+		wantErrors(t, n, p.Validate(), FieldError{"spec.parentRef.name", n, msgSubdomain, n == ""})
 	}
 	for _, n := range []string{"kubernetes", "a", "0", "kube-dns", "a.b.c", "1-2.3-4", strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)} {
 		p.Name = n
@@ -244,7 +244,7 @@ func TestParentRefNameIsRequiredSubdomain(t *testing.T) {
 		}
 	}
 	p.Name = strings.Repeat("a", 254)
-	wantErrors(t, "254 chars", p.Validate(), FieldError{"spec.parentRef.name", p.Name, "must be no more than 253 characters"})
+	wantErrors(t, "254 chars", p.Validate(), FieldError{"spec.parentRef.name", p.Name, "must be no more than 253 characters", p.Name == ""})
 }
 
 func TestParentRefNamespaceIsOptionalLabel(t *testing.T) {
@@ -254,10 +254,10 @@ func TestParentRefNamespaceIsOptionalLabel(t *testing.T) {
 	}
 	for _, ns := range []string{"Default", "kube.system", "-ns", "ns-"} {
 		p.Namespace = ns
-		wantErrors(t, ns, p.Validate(), FieldError{"spec.parentRef.namespace", ns, msgLabel})
+		wantErrors(t, ns, p.Validate(), FieldError{"spec.parentRef.namespace", ns, msgLabel, ns == ""})
 	}
 	p.Namespace = strings.Repeat("n", 64)
-	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.namespace", p.Namespace, "must be no more than 63 characters"})
+	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.namespace", p.Namespace, "must be no more than 63 characters", p.Namespace == ""})
 }
 
 func TestParentRefGroupIsOptionalSubdomain(t *testing.T) {
@@ -270,14 +270,14 @@ func TestParentRefGroupIsOptionalSubdomain(t *testing.T) {
 	}
 	for _, g := range []string{"Example.com", "example..com", "example.com.", "-x"} {
 		p.Group = g
-		wantErrors(t, g, p.Validate(), FieldError{"spec.parentRef.group", g, msgSubdomain})
+		wantErrors(t, g, p.Validate(), FieldError{"spec.parentRef.group", g, msgSubdomain, g == ""})
 	}
 }
 
 func TestParentRefValidateReportsEveryProblem(t *testing.T) {
 	wantErrors(t, "zero ParentRef", ParentRef{}.Validate(),
-		FieldError{"spec.parentRef.resource", "", ""},
-		FieldError{"spec.parentRef.name", "", ""},
+		FieldError{"spec.parentRef.resource", "", "", true},
+		FieldError{"spec.parentRef.name", "", "", true},
 	)
 	err := ParentRef{}.Validate()
 	want := "spec.parentRef.resource: Required value\nspec.parentRef.name: Required value"
@@ -293,19 +293,19 @@ func TestIPAddressValidateChecksAddressAndParent(t *testing.T) {
 	}
 	bad := IPAddress{Addr: netip.MustParseAddr("::ffff:10.96.0.1"), Parent: ParentRef{Resource: "services", Namespace: "default"}}
 	wantErrors(t, "bad record", bad.Validate(),
-		FieldError{"metadata.name", "::ffff:10.96.0.1", msgIPv4Mapped},
-		FieldError{"spec.parentRef.name", "", ""},
+		FieldError{"metadata.name", "::ffff:10.96.0.1", msgIPv4Mapped, false},
+		FieldError{"spec.parentRef.name", "", "", true},
 	)
 	wantErrors(t, "zero record", IPAddress{}.Validate(),
-		FieldError{"metadata.name", "", msgInvalidIP},
-		FieldError{"spec.parentRef.resource", "", ""},
-		FieldError{"spec.parentRef.name", "", ""},
+		FieldError{"metadata.name", "", msgInvalidIP, true},
+		FieldError{"spec.parentRef.resource", "", "", true},
+		FieldError{"spec.parentRef.name", "", "", true},
 	)
 }
 
 func TestDNS1123HelpersRequireAValue(t *testing.T) {
-	wantErrors(t, "label", ValidateDNS1123Label("f", ""), FieldError{"f", "", ""})
-	wantErrors(t, "subdomain", ValidateDNS1123Subdomain("f", ""), FieldError{"f", "", ""})
+	wantErrors(t, "label", ValidateDNS1123Label("f", ""), FieldError{"f", "", "", true})
+	wantErrors(t, "subdomain", ValidateDNS1123Subdomain("f", ""), FieldError{"f", "", "", true})
 	if err := ValidateDNS1123Label("f", "a-1"); err != nil {
 		t.Error(err)
 	}

@@ -102,7 +102,7 @@ func CheckCIDR(c cidrset.CIDR) error {
 // naming one fails. The error is an *ipaddress.FieldError.
 func CheckCIDRName(name string) error {
 	if name == "" {
-		return &ipaddress.FieldError{Field: "metadata.name"}
+		return &ipaddress.FieldError{Field: "metadata.name", Required: true}
 	}
 	if strings.Contains(name, "/") {
 		return &ipaddress.FieldError{Field: "metadata.name", Value: name, Detail: `must not contain "/"`}
