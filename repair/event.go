@@ -114,7 +114,8 @@ type Event struct {
 	// Holders lists every consumer holding the address, for Duplicate.
 	Holders []ipaddress.ParentRef
 	// Age is the record's age as its stamp says (0 if the store stamps
-	// none), for Leak and WrongReference and their pending variants.
+	// none, or the record is younger than the pass), for Leak and
+	// WrongReference and their pending variants.
 	Age time.Duration
 	// Message says what was found and done, in the reference's words.
 	Message string

@@ -341,6 +341,9 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	case rec.Created.Nanosecond() == 0:
 		youngest -= time.Second
 	}
+	// A record created after the pass read its clock, in a later second,
+	// has a stamp after now: its age is nil, not negative.
+	age = max(age, 0)
 	if youngest <= p.grace {
 		var msg string
 		if kind == Leak {

@@ -462,7 +462,7 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
-	if w == nil || !reflect.TypeOf(w).Comparable() {
+	if w == nil || !reflect.ValueOf(w).Comparable() { // the value: an interface inside may hold an uncomparable one
 		// A locked write tells apart its caller's own watcher with ==,
 		// after the write: an uncomparable one would panic there.
 		s.mu.Unlock()

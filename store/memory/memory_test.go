@@ -240,7 +240,8 @@ func (valueWatcher) Apply(store.Event)    {}
 func TestWatchRefusesAWatcherItCannotCompare(t *testing.T) {
 	ctx := context.Background()
 	s := memory.New()
-	for _, w := range []store.Watcher{valueWatcher{held: map[netip.Addr]bool{}}, nil} {
+	wrapped := struct{ store.Watcher }{valueWatcher{held: map[netip.Addr]bool{}}} // a comparable type holding an uncomparable value
+	for _, w := range []store.Watcher{valueWatcher{held: map[netip.Addr]bool{}}, wrapped, nil} {
 		if err := s.Watch(ctx, w); !errors.Is(err, ipaddress.ErrInvalid) {
 			t.Fatalf("Watch(%T) = %v, want ErrInvalid", w, err)
 		}
