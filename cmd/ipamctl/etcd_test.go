@@ -28,6 +28,14 @@ import (
 // returns its client endpoint as host:port.
 func startEtcd(t *testing.T) string {
 	t.Helper()
+	return startMember(t, "ipamctl-test", nil)
+}
+
+// startMember starts one embedded etcd member named name on two free
+// loopback ports, serving its clients over TLS with tlsInfo if given, and
+// returns its client host:port.
+func startMember(t *testing.T, name string, tlsInfo *transport.TLSInfo) string {
+	t.Helper()
 	var ports [2]int
 	var ls []net.Listener
 	for i := range ports {
@@ -44,8 +52,12 @@ func startEtcd(t *testing.T) string {
 	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	cfg := embed.NewConfig()
-	cfg.Name = "ipamctl-test"
+	cfg.Name = name
 	cfg.Dir = t.TempDir()
+	if tlsInfo != nil {
+		client.Scheme = "https"
+		cfg.ClientTLSInfo = *tlsInfo
+	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
@@ -207,31 +219,7 @@ func newTestPKI(t *testing.T) testPKI {
 // a Kubernetes control plane's etcd does. It returns host:port.
 func startTLSEtcd(t *testing.T, p testPKI) string {
 	t.Helper()
-	var ports [2]int
-	var ls []net.Listener
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	client := url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	cfg := embed.NewConfig()
-	cfg.Name = "ipamctl-tls-test"
-	cfg.Dir = t.TempDir()
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: p.serverCert, KeyFile: p.serverKey, TrustedCAFile: p.ca, ClientCertAuth: true}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.LogLevel = "fatal"
-	cfg.UnsafeNoFsync = true
-	return startEmbedded(t, cfg, client.Host)
+	return startMember(t, "ipamctl-tls-test", &transport.TLSInfo{CertFile: p.serverCert, KeyFile: p.serverKey, TrustedCAFile: p.ca, ClientCertAuth: true})
 }
 
 // enableRoot turns authentication on in the etcd at ep, with a user root
