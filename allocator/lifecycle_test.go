@@ -3,6 +3,7 @@ package allocator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -186,5 +187,47 @@ func TestDeleteCIDRRacedByARecreatedCIDRIsDone(t *testing.T) {
 	}
 	if c, err := st.GetCIDR(ctx, "a"); err != nil || c.Terminating {
 		t.Fatalf("the new a: %+v, %v; want it live", c, err)
+	}
+}
+
+// readOnlyStore refuses every CIDR removal, as a bolt file opened
+// read-only does, and counts the tries.
+type readOnlyStore struct {
+	store.Store
+	deletes atomic.Int32
+}
+
+func (s *readOnlyStore) DeleteCIDR(context.Context, string, int64, ...store.Fence) error {
+	s.deletes.Add(1)
+	return fmt.Errorf("bolt: ipam.db: %w", store.ErrReadOnly)
+}
+
+// An allocator over a read-only store (ipamctl's reads) finds a Terminating
+// CIDR nothing holds, left by a writer that stopped: it tries the removal,
+// which no retry can make, once, rather than every 10 s until closed.
+func TestARemovalAReadOnlyStoreRefusesIsNotRetried(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "old", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Terminating = true
+	if _, err := st.UpdateCIDR(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ro := &readOnlyStore{Store: st}
+	a, err := allocator.New(ctx, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// Retried, the backoff (100 ms, doubling) would try four times here.
+	time.Sleep(time.Second)
+	if n := ro.deletes.Load(); n != 1 {
+		t.Fatalf("the removal was tried %d times, want once", n)
+	}
+	if got, err := a.GetCIDR("old"); err != nil || !got.Terminating {
+		t.Fatalf("old: %+v, %v; want it still there, Terminating", got, err)
 	}
 }

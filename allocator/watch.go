@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"maps"
 	"net/netip"
@@ -374,7 +375,14 @@ func (a *Allocator) reconcileLoop(ctx context.Context) {
 		a.mu.Unlock()
 		failed := false
 		for _, name := range names {
-			if _, err := a.fin.Reconcile(ctx, name); err != nil && ctx.Err() == nil {
+			_, err := a.fin.Reconcile(ctx, name)
+			switch {
+			case err == nil, ctx.Err() != nil:
+			case errors.Is(err, store.ErrReadOnly):
+				// No retry can write it: the CIDR is left to a writer,
+				// which will find it removable too.
+				a.cfg.logger.Info("terminating CIDR left to a writer: the store is read-only", "cidr", name)
+			default:
 				a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
 				a.mu.Lock()
 				a.recheck[name] = struct{}{}

@@ -37,6 +37,9 @@ var (
 	ErrClosed = errors.New("store closed")
 	// ErrCorrupt: a stored value could not be decoded.
 	ErrCorrupt = errors.New("stored value cannot be decoded")
+	// ErrReadOnly: a write to a store that takes none (a bolt file opened
+	// read-only). Retrying does not help.
+	ErrReadOnly = errors.New("store opened read-only")
 )
 
 // AddressExistsError reports which address of a create was already taken.

@@ -19,8 +19,9 @@ var ErrLocked = errors.New("file is locked by another process")
 // yet (an empty file, say), which a read-only Open does not make it.
 var ErrNotAStore = errors.New("not a netipam store")
 
-// ErrReadOnly is the error of a write to a store opened WithReadOnly.
-var ErrReadOnly = errors.New("store opened read-only")
+// ErrReadOnly is the error of a write to a store opened WithReadOnly:
+// store.ErrReadOnly, which callers that know no bolt test for.
+var ErrReadOnly = store.ErrReadOnly
 
 // ErrFormatVersion means the file was written in a layout this package does
 // not read (a newer version of it).
