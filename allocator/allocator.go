@@ -962,7 +962,7 @@ func (a *Allocator) nextFreeLocked(pl *pool, from, to u128.U128, skip []netip.Ad
 		} else {
 			return x, true
 		}
-		if next == to || next == u128.Max {
+		if next == to || next == u128.Max() {
 			return u128.U128{}, false
 		}
 		from = next.Inc()

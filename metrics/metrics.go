@@ -58,32 +58,40 @@ type Names struct {
 	RepairReconcileErrors string
 }
 
-// DefaultNames are the names under the netipam_ namespace.
-var DefaultNames = Names{
-	AllocatedIPs:          "netipam_allocator_allocated_ips",
-	AvailableIPs:          "netipam_allocator_available_ips",
-	Allocations:           "netipam_allocator_allocation_total",
-	AllocationErrors:      "netipam_allocator_allocation_errors_total",
-	AllocationDuration:    "netipam_allocator_allocation_duration_seconds",
-	RepairIPErrors:        "netipam_repair_ip_errors_total",
-	RepairReconcileErrors: "netipam_repair_reconcile_errors_total",
+// DefaultNames returns the names under the netipam_ namespace. Each call
+// returns a fresh value, so a caller changing it changes no one else's.
+func DefaultNames() Names {
+	return Names{
+		AllocatedIPs:          "netipam_allocator_allocated_ips",
+		AvailableIPs:          "netipam_allocator_available_ips",
+		Allocations:           "netipam_allocator_allocation_total",
+		AllocationErrors:      "netipam_allocator_allocation_errors_total",
+		AllocationDuration:    "netipam_allocator_allocation_duration_seconds",
+		RepairIPErrors:        "netipam_repair_ip_errors_total",
+		RepairReconcileErrors: "netipam_repair_reconcile_errors_total",
+	}
 }
 
-// KubernetesNames are the names the Kubernetes apiserver uses, for
+// KubernetesNames returns the names the Kubernetes apiserver uses, for
 // dashboards and alerts written for it.
-var KubernetesNames = Names{
-	AllocatedIPs:          "kube_apiserver_clusterip_allocator_allocated_ips",
-	AvailableIPs:          "kube_apiserver_clusterip_allocator_available_ips",
-	Allocations:           "kube_apiserver_clusterip_allocator_allocation_total",
-	AllocationErrors:      "kube_apiserver_clusterip_allocator_allocation_errors_total",
-	AllocationDuration:    "kube_apiserver_clusterip_allocator_allocation_duration_seconds",
-	RepairIPErrors:        "apiserver_clusterip_repair_ip_errors_total",
-	RepairReconcileErrors: "apiserver_clusterip_repair_reconcile_errors_total",
+func KubernetesNames() Names {
+	return Names{
+		AllocatedIPs:          "kube_apiserver_clusterip_allocator_allocated_ips",
+		AvailableIPs:          "kube_apiserver_clusterip_allocator_available_ips",
+		Allocations:           "kube_apiserver_clusterip_allocator_allocation_total",
+		AllocationErrors:      "kube_apiserver_clusterip_allocator_allocation_errors_total",
+		AllocationDuration:    "kube_apiserver_clusterip_allocator_allocation_duration_seconds",
+		RepairIPErrors:        "apiserver_clusterip_repair_ip_errors_total",
+		RepairReconcileErrors: "apiserver_clusterip_repair_reconcile_errors_total",
+	}
 }
 
-// RepairErrorTypes are the values of the repair counter's "type" label,
-// as Kubernetes has them; each starts at zero.
-var RepairErrorTypes = []string{"leak", "repair", "full", "outOfRange", "duplicate", "unknown", "invalid"}
+// RepairErrorTypes returns the values of the repair counter's "type"
+// label, as Kubernetes has them; each starts at zero. The slice is the
+// caller's own.
+func RepairErrorTypes() []string {
+	return []string{"leak", "repair", "full", "outOfRange", "duplicate", "unknown", "invalid"}
+}
 
 // Option configures Metrics.
 type Option func(*config)
@@ -94,7 +102,7 @@ type config struct {
 	labels  prometheus.Labels
 }
 
-// WithNames sets the metric names (default DefaultNames).
+// WithNames sets the metric names (default DefaultNames()).
 func WithNames(n Names) Option { return func(c *config) { c.names = n } }
 
 // WithBuckets sets the buckets of the duration histogram (default
@@ -134,7 +142,7 @@ var (
 
 // New returns the metrics, with no usage source yet (see Track).
 func New(opts ...Option) *Metrics {
-	cfg := config{names: DefaultNames, buckets: prometheus.DefBuckets}
+	cfg := config{names: DefaultNames(), buckets: prometheus.DefBuckets}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -160,7 +168,7 @@ func New(opts ...Option) *Metrics {
 			Name: n.RepairReconcileErrors, Help: "Number of reconciliation failures on the IP repair reconcile loop", ConstLabels: cfg.labels,
 		}),
 	}
-	for _, t := range RepairErrorTypes {
+	for _, t := range RepairErrorTypes() {
 		m.repairErrors.WithLabelValues(t)
 	}
 	return m

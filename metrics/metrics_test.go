@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -257,7 +258,7 @@ func (failing) List(context.Context) ([]repair.Consumer, error) { return nil, er
 
 // KubernetesNames exposes the reference's names.
 func TestKubernetesNames(t *testing.T) {
-	e := newEnv(t, metrics.WithNames(metrics.KubernetesNames))
+	e := newEnv(t, metrics.WithNames(metrics.KubernetesNames()))
 	if _, err := e.a.CreateCIDR(e.ctx, "kubernetes", netip.MustParsePrefix("10.96.0.0/28")); err != nil {
 		t.Fatal(err)
 	}
@@ -310,5 +311,34 @@ func TestLintAndNoSource(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m, "netipam_allocator_allocated_ips"); n != 0 {
 		t.Errorf("%d gauges without a source", n)
+	}
+}
+
+// The default names and label values are the package's alone: what a
+// caller does with the copies it was given changes no other Metrics.
+func TestDefaultsAreNotSharedState(t *testing.T) {
+	names := metrics.DefaultNames()
+	names.RepairIPErrors = "changed_by_a_caller"
+	types := metrics.RepairErrorTypes()
+	types[0] = "changed_by_a_caller"
+
+	e := newEnv(t)
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, mf := range mfs {
+		if mf.GetName() != "netipam_repair_ip_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				seen = append(seen, l.GetValue())
+			}
+		}
+	}
+	if !slices.Contains(seen, "leak") || slices.Contains(seen, "changed_by_a_caller") {
+		t.Errorf("repair error types exposed = %v, want the reference's, starting with leak", seen)
 	}
 }

@@ -70,7 +70,7 @@ func BenchmarkAddRemoveFirst(b *testing.B) {
 	from := u128.U128{Hi: vals[0].Hi}
 	b.ReportAllocs()
 	for b.Loop() {
-		x, ok := s.NextFree(from, u128.Max)
+		x, ok := s.NextFree(from, u128.Max())
 		if !ok || !s.Add(x) || !s.Remove(x) {
 			b.Fatal("lowest free value not added and removed")
 		}
@@ -107,7 +107,7 @@ func BenchmarkNextFreeFull(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, ok := s.NextFree(xs[i&(len(xs)-1)], u128.Max); !ok {
+		if _, ok := s.NextFree(xs[i&(len(xs)-1)], u128.Max()); !ok {
 			b.Fatal("full")
 		}
 	}

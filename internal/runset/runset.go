@@ -198,7 +198,7 @@ func (s *Set) descend(x u128.U128) *leaf {
 	}
 	// The bounds the deepest separators put on x are the tightest: a
 	// subtree's keys lie between its parent's keys for it and the next.
-	lo, hi, open := u128.U128{}, u128.Max, true
+	lo, hi, open := u128.U128{}, u128.Max(), true
 	n := s.root
 	for d := 0; ; d++ {
 		i := n.find(x)
@@ -631,7 +631,7 @@ func (s *Set) NextFree(from, to u128.U128) (u128.U128, bool) {
 		return from, true
 	}
 	e := l.end(i)
-	if e == u128.Max || !e.Less(to) {
+	if e == u128.Max() || !e.Less(to) {
 		return u128.U128{}, false
 	}
 	return e.Inc(), true
@@ -703,7 +703,7 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		return added
 	}
 	// touches reports whether a run starting at start merges with [.., hi].
-	touches := func(start u128.U128) bool { return hi == u128.Max || !hi.Inc().Less(start) }
+	touches := func(start u128.U128) bool { return hi == u128.Max() || !hi.Inc().Less(start) }
 
 	var c cursor
 	c.seek(s, lo) // before the generation changes, so that it may use the finger

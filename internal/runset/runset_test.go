@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	top   = u128.Max
+	top   = u128.Max()
 	two64 = u128.U128{Hi: 1}
 )
 
@@ -40,7 +40,7 @@ func (s *Set) check() error {
 			if b.Less(a) {
 				return fmt.Errorf("run [%v, %v] reversed", a, b)
 			}
-			if have && (prevEnd == u128.Max || !prevEnd.Inc().Less(a)) {
+			if have && (prevEnd == u128.Max() || !prevEnd.Inc().Less(a)) {
 				return fmt.Errorf("run [%v, %v] overlaps or touches previous end %v", a, b, prevEnd)
 			}
 			prevEnd, have = b, true
@@ -153,7 +153,7 @@ func (s *Set) checkFinger() error {
 		return fmt.Errorf("open finger with lower bound %v", s.fingerLo)
 	case !open && (s.fingerLo.IsZero() || route(s.fingerLo.Dec()) == f.lf):
 		return fmt.Errorf("finger lower bound %v is not the leaf's separator", s.fingerLo)
-	case s.fingerHi != u128.Max && route(s.fingerHi.Inc()) == f.lf:
+	case s.fingerHi != u128.Max() && route(s.fingerHi.Inc()) == f.lf:
 		return fmt.Errorf("finger upper bound %v is not the next separator", s.fingerHi)
 	}
 	return nil

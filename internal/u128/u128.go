@@ -16,8 +16,8 @@ type U128 struct {
 	Hi, Lo uint64
 }
 
-// Max is 2^128-1.
-var Max = U128{^uint64(0), ^uint64(0)}
+// Max returns 2^128-1.
+func Max() U128 { return U128{^uint64(0), ^uint64(0)} }
 
 // From64 returns v as a U128.
 func From64(v uint64) U128 { return U128{Lo: v} }

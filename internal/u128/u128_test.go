@@ -44,10 +44,10 @@ func TestArithmeticMatchesBigIntModulo2To128(t *testing.T) {
 }
 
 func TestWrapAtTheEdges(t *testing.T) {
-	if Max.Inc() != (U128{}) || (U128{}).Dec() != Max {
+	if Max().Inc() != (U128{}) || (U128{}).Dec() != Max() {
 		t.Fatal("Inc/Dec do not wrap at 0 and 2^128-1")
 	}
-	if Max.BitLen() != 128 || (U128{}).BitLen() != 0 || From64(1).BitLen() != 1 || (U128{Hi: 1}).BitLen() != 65 {
+	if Max().BitLen() != 128 || (U128{}).BitLen() != 0 || From64(1).BitLen() != 1 || (U128{Hi: 1}).BitLen() != 65 {
 		t.Fatal("BitLen edges")
 	}
 }
