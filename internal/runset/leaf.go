@@ -12,8 +12,8 @@ import "github.com/netipam/netipam/internal/u128"
 //     i, and w[compactCap+2i], w[compactCap+2i+1] those of end i.
 //
 // Starts and ends are kept apart so that the binary search over starts
-// touches half as many cache lines. n never exceeds compactMax in the compact
-// form nor wideMax in the wide form.
+// touches half as many cache lines. n never exceeds its Set's compactMax in the
+// compact form nor its wideMax in the wide form.
 //
 // A new leaf is compact when its runs allow it. A compact leaf is widened when
 // a run of another upper half arrives and there is room for it in the wide
@@ -37,14 +37,6 @@ func (l *leaf) stride() int {
 		return 1
 	}
 	return 2
-}
-
-// max is the number of runs the leaf may hold in its current form.
-func (l *leaf) max() int {
-	if l.compact {
-		return compactMax
-	}
-	return wideMax
 }
 
 func (l *leaf) start(i int) u128.U128 {
@@ -202,7 +194,7 @@ func copyRuns(dst *leaf, di int, src *leaf, si, k int) {
 	}
 }
 
-// widen converts a compact leaf of at most wideMax runs to the wide form, in
+// widen converts a compact leaf of at most wideCap runs to the wide form, in
 // place: going down, each run's new words lie at or above its old ones.
 func (l *leaf) widen() {
 	for i := l.n - 1; i >= 0; i-- {
@@ -215,10 +207,10 @@ func (l *leaf) widen() {
 
 // compactIfShared converts a wide leaf to the compact form, in place, if its
 // runs all share their upper half (the first start and last end do, as runs
-// are sorted) and are few enough. Going up, each run's new words lie at or
-// below its old ones.
-func (l *leaf) compactIfShared() {
-	if l.compact || l.n == 0 || l.n > compactMax || l.w[0] != l.w[compactCap+2*(l.n-1)] {
+// are sorted) and number at most limit, its Set's compactMax. Going up, each
+// run's new words lie at or below its old ones.
+func (l *leaf) compactIfShared(limit int) {
+	if l.compact || l.n == 0 || l.n > limit || l.w[0] != l.w[compactCap+2*(l.n-1)] {
 		return
 	}
 	l.hi = l.w[0]

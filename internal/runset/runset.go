@@ -45,22 +45,31 @@ const (
 	wideCap    = compactCap / 2
 	innerCap   = 63
 	// maxDepth bounds the number of inner levels a cursor records. Each
-	// level splits about innerMax/2 times less often than the one below, so
+	// level splits about innerCap/2 times less often than the one below, so
 	// with the real sizes 2^64 new leaves (at most one per insertion) reach
 	// 14 levels, and the tests' 2-entry nodes stay far below 40 too.
 	// Exceeding it panics rather than corrupting the tree.
 	maxDepth = 40
 )
 
-// compactMax, wideMax and innerMax are the node capacities in use. They are
-// variables only so that tests can use tiny nodes and get deep trees from a
-// handful of runs; they must stay within [2, compactCap], [2, wideCap] and
-// [2, innerCap], and must not change while a Set holds values.
-var (
-	compactMax = compactCap
-	wideMax    = wideCap
-	innerMax   = innerCap
-)
+// shrink lowers a Set's node capacities below the real ones, so that tests
+// get deep trees from a handful of runs. The zero value keeps the real
+// sizes; a Set's capacities must stay within [2, compactCap], [2, wideCap]
+// and [2, innerCap], and must not change while it holds values.
+type shrink struct{ compact, wide, inner int }
+
+// compactMax, wideMax and innerMax are the node capacities s uses.
+func (s *Set) compactMax() int { return compactCap - s.shrink.compact }
+func (s *Set) wideMax() int    { return wideCap - s.shrink.wide }
+func (s *Set) innerMax() int   { return innerCap - s.shrink.inner }
+
+// leafMax is the number of runs l may hold in its current form.
+func (s *Set) leafMax(l *leaf) int {
+	if l.compact {
+		return s.compactMax()
+	}
+	return s.wideMax()
+}
 
 // inner is an interior node. keys[i] is the smallest run start in the subtree
 // of child i (kept exact for every i, including 0, so that a split or a root
@@ -109,6 +118,8 @@ type Set struct {
 	fingerGen          uint64
 	fingerLo, fingerHi u128.U128
 	fingerOpen         bool
+
+	shrink shrink // zero but in tests
 }
 
 // frame is one step of a descent: node and the index of the child taken.
@@ -320,7 +331,7 @@ func (c *cursor) fixMin(depth int, m u128.U128) {
 // stale.
 func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) bool {
 	s.runs++
-	if l := c.lf; l.n < l.max() && l.fits(start, end) {
+	if l := c.lf; l.n < s.leafMax(l) && l.fits(start, end) {
 		c.insert(j, start, end)
 		return true
 	}
@@ -344,7 +355,7 @@ func (s *Set) insertSlow(c *cursor, j int, start, end u128.U128) {
 	if !l.fits(start, end) {
 		// As runs are sorted, a run with another upper half goes first
 		// (j == 0) or last (j == l.n) in a compact leaf.
-		if l.n < wideMax {
+		if l.n < s.wideMax() {
 			l.widen()
 			c.insert(j, start, end)
 			return
@@ -360,8 +371,8 @@ func (s *Set) insertSlow(c *cursor, j int, start, end u128.U128) {
 	}
 	// The leaf is full in its form. If it is wide only because of runs since
 	// removed, compacting it makes room.
-	if hi := start.Hi; !l.compact && l.n < compactMax && end.Hi == hi && l.start(0).Hi == hi && l.end(l.n-1).Hi == hi {
-		l.compactIfShared()
+	if hi := start.Hi; !l.compact && l.n < s.compactMax() && end.Hi == hi && l.start(0).Hi == hi && l.end(l.n-1).Hi == hi {
+		l.compactIfShared(s.compactMax())
 		c.insert(j, start, end)
 		return
 	}
@@ -383,8 +394,8 @@ func (s *Set) giveNext(c *cursor, start, end u128.U128) bool {
 	}
 	r := f.n.leaves[f.i+1]
 	switch {
-	case r.n < r.max() && r.fits(start, end):
-	case r.compact && r.n < wideMax:
+	case r.n < s.leafMax(r) && r.fits(start, end):
+	case r.compact && r.n < s.wideMax():
 		r.widen()
 	default:
 		return false
@@ -439,14 +450,14 @@ func (s *Set) redistribute(c *cursor, j int, start, end u128.U128) bool {
 	kl, kr := 0, 0
 	if i > 0 {
 		left = p.leaves[i-1]
-		kl = min((left.max()-left.n+1)/2, n-1)
+		kl = min((s.leafMax(left)-left.n+1)/2, n-1)
 		if kl > 0 && !left.fits(vrun(0).start, vrun(kl-1).end) {
 			kl = 0
 		}
 	}
 	if i+1 < p.n {
 		right = p.leaves[i+1]
-		kr = min((right.max()-right.n+1)/2, n-1)
+		kr = min((s.leafMax(right)-right.n+1)/2, n-1)
 		if kr > 0 && !right.fits(vrun(n-kr).start, vrun(n-1).end) {
 			kr = 0
 		}
@@ -502,8 +513,8 @@ func (s *Set) split(c *cursor, j int, start, end u128.U128) {
 	} else {
 		r.insert(j-h, start, end)
 	}
-	l.compactIfShared()
-	r.compactIfShared()
+	l.compactIfShared(s.compactMax())
+	r.compactIfShared(s.compactMax())
 	s.addChild(c, c.depth-1, r.start(0), nil, r)
 }
 
@@ -512,7 +523,7 @@ func (s *Set) split(c *cursor, j int, start, end u128.U128) {
 func (s *Set) addChild(c *cursor, d int, key u128.U128, kid *inner, lf *leaf) {
 	for ; d >= 0; d-- {
 		p, j := c.path[d].n, c.path[d].i+1
-		if p.n < innerMax {
+		if p.n < s.innerMax() {
 			p.insertChild(j, key, kid, lf)
 			return
 		}
@@ -787,7 +798,7 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 func (s *Set) setRun(c *cursor, j int, start, end u128.U128) bool {
 	l := c.lf
 	if !l.fits(start, end) {
-		if l.n > wideMax {
+		if l.n > s.wideMax() {
 			// Too many runs to widen the leaf: take the run out and insert
 			// it anew, which puts it beside the leaf. As runs are sorted,
 			// the run is the leaf's first or last one, so l keeps runs.
@@ -902,7 +913,7 @@ func (s *Set) Reset(sorted []u128.U128) error {
 		runs++
 	}
 	gen := s.gen + 1
-	*s = Set{gen: gen, runs: runs, n: u128.From64(uint64(len(sorted)))}
+	*s = Set{gen: gen, runs: runs, n: u128.From64(uint64(len(sorted))), shrink: s.shrink}
 	if runs == 0 {
 		return nil
 	}
@@ -912,8 +923,8 @@ func (s *Set) Reset(sorted []u128.U128) error {
 	// runs share their upper half, else wide. A compact leaf meeting another
 	// upper half widens if it has room, else the next leaf starts: every leaf
 	// but the last holds at least wideFill runs.
-	compactFill := max(1, compactMax-compactMax/4)
-	wideFill := max(1, wideMax-wideMax/4)
+	compactFill := max(1, s.compactMax()-s.compactMax()/4)
+	wideFill := max(1, s.wideMax()-s.wideMax()/4)
 	leaves := make([]*leaf, 0, (runs+compactFill-1)/compactFill)
 	var l *leaf
 	for v := 0; v < len(sorted); {
@@ -945,7 +956,7 @@ func (s *Set) Reset(sorted []u128.U128) error {
 	// Build the level above the leaves, then levels above that until one
 	// node remains; a level of two or more nodes yields a root with at least
 	// two children.
-	ifill := max(2, innerMax-innerMax/4)
+	ifill := max(2, s.innerMax()-s.innerMax()/4)
 	level := group(nl, ifill, func(p *inner, c int) {
 		p.leafKids = true
 		p.leaves[p.n], p.keys[p.n] = leaves[c], leaves[c].start(0)
@@ -989,7 +1000,7 @@ func group(n, fill int, add func(p *inner, c int)) []*inner {
 
 // Clone returns an independent deep copy of the set. O(n).
 func (s *Set) Clone() *Set {
-	c := &Set{height: s.height, runs: s.runs, n: s.n}
+	c := &Set{height: s.height, runs: s.runs, n: s.n, shrink: s.shrink}
 	if s.leaf != nil {
 		l := *s.leaf
 		c.leaf = &l

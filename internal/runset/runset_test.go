@@ -32,7 +32,7 @@ func (s *Set) check() error {
 		have    bool
 	)
 	visitLeaf := func(l *leaf) error {
-		if l.n > l.max() || (l.compact && l.n > compactCap) || (!l.compact && l.n > wideCap) {
+		if l.n > s.leafMax(l) || (l.compact && l.n > compactCap) || (!l.compact && l.n > wideCap) {
 			return fmt.Errorf("leaf (compact %v) holds %d runs", l.compact, l.n)
 		}
 		for i := range l.n {
@@ -397,11 +397,14 @@ func TestClone(t *testing.T) {
 // TestRangesModify removes values while iterating; the iteration must go on
 // over the modified set without skipping or repeating runs.
 func TestRangesModify(t *testing.T) {
-	defer setCaps(3, 2, 3)()
 	var s Set
+	s.setCaps(3, 2, 3)
 	for i := range uint64(300) {
 		s.Add(v(i * 4))
 		s.Add(v(i*4 + 1))
+	}
+	if s.height < 3 {
+		t.Fatalf("height %d: the tiny nodes did not make a deep tree", s.height)
 	}
 	var got []u128.U128
 	for a, b := range s.Ranges(v(0), top) {
@@ -440,12 +443,10 @@ func TestRangesModify(t *testing.T) {
 	}
 }
 
-// setCaps shrinks the node sizes so that a few runs make a deep tree, and
-// returns a func restoring them.
-func setCaps(compact, wide, inner int) func() {
-	oc, ow, oi := compactMax, wideMax, innerMax
-	compactMax, wideMax, innerMax = compact, wide, inner
-	return func() { compactMax, wideMax, innerMax = oc, ow, oi }
+// setCaps shrinks s's node sizes so that a few runs make a deep tree. s
+// must be empty.
+func (s *Set) setCaps(compact, wide, inner int) {
+	s.shrink = shrink{compact: compactCap - compact, wide: wideCap - wide, inner: innerCap - inner}
 }
 
 // TestLarge builds trees several levels deep with the real node sizes, near
@@ -661,15 +662,15 @@ func genValue() *rapid.Generator[u128.U128] {
 }
 
 func TestProperty(t *testing.T) {
-	defer setCaps(compactMax, wideMax, innerMax)()
 	rapid.Check(t, func(t *rapid.T) {
 		// Tiny nodes make multi-level trees out of a few dozen runs; the
 		// real sizes are drawn too. Compact leaves may be smaller or larger
 		// than wide ones.
-		compactMax = rapid.SampledFrom([]int{2, 3, 4, 6, 8, compactCap}).Draw(t, "compactMax")
-		wideMax = rapid.SampledFrom([]int{2, 3, 4, wideCap}).Draw(t, "wideMax")
-		innerMax = rapid.SampledFrom([]int{2, 3, 4, innerCap}).Draw(t, "innerMax")
+		compactMax := rapid.SampledFrom([]int{2, 3, 4, 6, 8, compactCap}).Draw(t, "compactMax")
+		wideMax := rapid.SampledFrom([]int{2, 3, 4, wideCap}).Draw(t, "wideMax")
+		innerMax := rapid.SampledFrom([]int{2, 3, 4, innerCap}).Draw(t, "innerMax")
 		var s Set
+		s.setCaps(compactMax, wideMax, innerMax)
 		var m model
 		val := genValue()
 		t.Repeat(map[string]func(*rapid.T){
@@ -774,6 +775,10 @@ func TestProperty(t *testing.T) {
 				if err := s.check(); err != nil {
 					t.Fatal(err)
 				}
+				// The drawn capacities are the Set's: no leaf holds more.
+				if s.height == 0 && s.runs > max(compactMax, wideMax) {
+					t.Fatalf("%d runs in a root leaf with capacities %d/%d", s.runs, compactMax, wideMax)
+				}
 				if got := ranges(&s, v(0), top); !slices.Equal(got, []rng(m)) {
 					t.Fatalf("runs %v, model %v", got, m)
 				}
@@ -821,7 +826,7 @@ func TestProperty(t *testing.T) {
 func leafStats(s *Set) (leaves, compact, room int) {
 	visit := func(l *leaf) {
 		leaves++
-		room += l.max()
+		room += s.leafMax(l)
 		if l.compact {
 			compact++
 		}
@@ -1028,12 +1033,15 @@ func TestSampledSearchesAgree(t *testing.T) {
 // seeks of one mutation; a finger kept across that would send a later
 // split up a path through the detached root, losing half the tree.
 func TestAddRangeAbsorbingLeavesKeepsTheTree(t *testing.T) {
-	defer setCaps(4, 2, 2)()
 	var s Set
+	s.setCaps(4, 2, 2)
 	for _, x := range []u128.U128{v(0), v(1 << 63), v(2), v(4), two64, two64.Sub64(20), two64.Add64(1 << 63), top.Sub64(40)} {
 		s.Add(x)
 	}
 	mustCheck(t, &s)
+	if s.height < 2 {
+		t.Fatalf("height %d: the tiny nodes did not make a deep tree", s.height)
+	}
 	s.AddRange(v(1<<63+2), top.Sub64(40))
 	mustCheck(t, &s)
 	want := []run{{v(0), v(0)}, {v(2), v(2)}, {v(4), v(4)}, {v(1 << 63), v(1 << 63)}, {v(1<<63 + 2), top.Sub64(40)}}
