@@ -46,6 +46,18 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 	if len(spec.endpoints) == 0 {
 		return nil, usageErrorf("--etcd %q: no endpoint", eps)
 	}
+	// The etcd client takes TLS or not for all endpoints from the first
+	// one's scheme: in a list giving both http:// and https:// endpoints,
+	// those of the other scheme fail only when the client turns to them.
+	var plain, secure bool
+	for _, ep := range spec.endpoints {
+		scheme, _, _ := strings.Cut(ep, "://")
+		plain = plain || scheme == "http" || scheme == "unix"
+		secure = secure || scheme == "https" || scheme == "unixs"
+	}
+	if plain && secure {
+		return nil, usageErrorf("--etcd %q: both http:// and https:// endpoints: the client would use the first one's scheme for all", eps)
+	}
 	for _, f := range []string{"etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-user"} {
 		// An unset variable must not mean the default, or no TLS.
 		if v, ok := cl.flags[f]; ok && v == "" {
@@ -53,6 +65,9 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 		}
 	}
 	spec.prefix = cl.flags["etcd-prefix"]
+	if err := etcd.CheckPrefix(spec.prefix); err != nil {
+		return nil, usageErrorf("--etcd-prefix %q: %v", spec.prefix, err)
+	}
 
 	info := transport.TLSInfo{TrustedCAFile: cl.flags["etcd-cacert"], CertFile: cl.flags["etcd-cert"], KeyFile: cl.flags["etcd-key"]}
 	if (info.CertFile == "") != (info.KeyFile == "") {
@@ -102,9 +117,9 @@ func openEtcd(ctx context.Context, spec *etcdSpec, log *slog.Logger) (store.Stor
 		opts = append(opts, etcd.WithPrefix(spec.prefix))
 	}
 	s, err := etcd.New(cli, opts...)
-	if err != nil { // the prefix: New reads nothing from etcd
+	if err != nil { // checked in parseEtcdFlags: cannot fail
 		cli.Close()
-		return nil, usageErrorf("--etcd-prefix %q: %v", spec.prefix, err)
+		return nil, err
 	}
 	// The client connects lazily: without this, an endpoint nobody
 	// answers on would show only as the first read timing out at

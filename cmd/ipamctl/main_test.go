@@ -609,6 +609,22 @@ func TestBadInputIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 	for _, args := range bad {
 		unreachable.fail(exitUsage, "", args...)
 	}
+	// So are bad etcd flags, before a consumers pipe nobody writes to is
+	// read: were it read first, --timeout would end the wait, exit 1.
+	fifo := filepath.Join(dir, "consumers.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	for _, c := range []struct {
+		store []string
+		want  string
+	}{
+		{[]string{"--etcd", addr, "--etcd-prefix", "/netipam/v1/ips/x"}, "inside another store's records"},
+		{[]string{"--etcd", "http://" + addr + ",https://" + addr}, "both http:// and https://"},
+		{[]string{"--etcd", "unixs:///run/etcd.sock," + addr + ",unix:///run/etcd2.sock"}, "both http:// and https://"},
+	} {
+		(&cli{t: t, store: append(c.store, "--timeout", "2s")}).fail(exitUsage, c.want, "repair", "--consumers", fifo)
+	}
 
 	// repair --dry-run reads: it does not create a mistyped --db...
 	c := &cli{t: t, store: []string{"--db", missing}}

@@ -279,15 +279,27 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	for _, part := range []string{"/v1/cidrs/", "/v1/ips/", "/v1/owners/"} {
-		if strings.Contains(s.prefix+"/", part) {
-			return nil, fmt.Errorf("etcd store: prefix %q is inside another store's records (it has %q): the two would read each other's keys", s.prefix, strings.Trim(part, "/"))
-		}
+	if err := checkPrefix(s.prefix); err != nil {
+		return nil, err
 	}
 	base := s.prefix + "/v1/"
 	s.cidrPfx, s.ipPfx, s.ownerPfx = base+"cidrs/", base+"ips/", base+"owners/"
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// CheckPrefix returns the error New gives for WithPrefix(p), or nil if New
+// takes p; it contacts nothing.
+func CheckPrefix(p string) error { return checkPrefix(strings.TrimRight(p, "/")) }
+
+// checkPrefix is CheckPrefix for a prefix WithPrefix has trimmed.
+func checkPrefix(p string) error {
+	for _, part := range []string{"/v1/cidrs/", "/v1/ips/", "/v1/owners/"} {
+		if strings.Contains(p+"/", part) {
+			return fmt.Errorf("etcd store: prefix %q is inside another store's records (it has %q): the two would read each other's keys", p, strings.Trim(part, "/"))
+		}
+	}
+	return nil
 }
 
 // Prefix returns the key prefix.

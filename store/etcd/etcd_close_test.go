@@ -121,6 +121,14 @@ func TestANestedPrefixIsRefusedAndNestedKeysIgnored(t *testing.T) {
 		if _, err := New(cli, WithPrefix(p)); err == nil {
 			t.Errorf("New with prefix %q, inside /n1's records: no error", p)
 		}
+		if CheckPrefix(p) == nil {
+			t.Errorf("CheckPrefix(%q), inside /n1's records: nil", p)
+		}
+	}
+	for _, p := range []string{"", "/", "/n1", "/n1/v1", "/n1/v1/cidrsx/"} {
+		if err := CheckPrefix(p); err != nil {
+			t.Errorf("CheckPrefix(%q) = %v, want nil", p, err)
+		}
 	}
 	outer, err := New(cli, WithPrefix("/n1"))
 	if err != nil {
