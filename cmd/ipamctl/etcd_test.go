@@ -127,23 +127,26 @@ func TestAnEtcdNobodyAnswersOnIsNamed(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // a free port nothing listens on
 	c := &cli{t: t, store: []string{"--etcd", addr}}
+	// The bounds are --timeout's, which count from when ipamctl has
+	// started: the wall clock counts the process's start too, which a
+	// loaded machine stretches to seconds. An answer not come within
+	// --timeout 15s says "see --timeout"; the wall clock only tells a
+	// hang from an end.
 	start := time.Now()
-	r := c.fail(exitError, "does not answer", "cidr", "get")
+	r := c.fail(exitError, "does not answer", "cidr", "get", "--timeout", "15s")
 	if !strings.Contains(r.stderr, addr) || strings.Contains(r.stderr, "see --timeout") {
 		t.Errorf("stderr %q: want the endpoint named, not a --timeout", r.stderr)
 	}
-	if took := time.Since(start); took > 15*time.Second {
+	if took := time.Since(start); took > time.Minute {
 		t.Errorf("took %v to say etcd does not answer", took)
 	}
 	c.fail(exitUsage, "inside another store's records", "cidr", "get", "--etcd-prefix", "/netipam/v1/cidrs/x")
 
-	// A member down among the endpoints costs nothing: the others answer.
+	// A member down among the endpoints costs nothing: the others answer,
+	// within a --timeout shorter than the etcdDialTimeout the one down
+	// would cost, were it waited for.
 	live := startEtcd(t)
-	start = time.Now()
-	(&cli{t: t, store: []string{"--etcd", addr + "," + live}}).ok("cidr", "get")
-	if took := time.Since(start); took > 4*time.Second {
-		t.Errorf("with the first endpoint down, took %v", took)
-	}
+	(&cli{t: t, store: []string{"--etcd", addr + "," + live}}).ok("cidr", "get", "--timeout", "4s")
 }
 
 // testPKI is a CA, and the certificates it signed for a test etcd and its

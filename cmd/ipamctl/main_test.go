@@ -586,8 +586,11 @@ func TestBadInputIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 	// Another process holds the lock: it is never waited for. (Were it,
 	// --timeout would end the wait with exit 1.)
 	db := filepath.Join(dir, "ipam.db")
+	// The store is made without locked's --timeout, which is for the
+	// commands refused: a write with its fsyncs may take longer than 2s
+	// on a busy disk.
+	(&cli{t: t, store: []string{"--db", db}}).ok("cidr", "create", "kubernetes", "10.96.0.0/24")
 	locked := &cli{t: t, store: []string{"--db", db, "--lock-timeout", "1m", "--timeout", "2s"}}
-	locked.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
 	held, err := bolt.Open(db)
 	if err != nil {
 		t.Fatal(err)
@@ -680,6 +683,18 @@ func TestWaitsAreBoundedAndHoldNoLock(t *testing.T) {
 		t.Fatalf("repair after its input came: %+v, %v\n%s", rep, err, repOut.String())
 	}
 
+	// What ends each wait is --timeout: the error says "timed out after
+	// 300ms", which only its deadline gives (the default --timeout is 30s,
+	// and --lock-timeout gives up saying another process holds the file
+	// lock). The process also ends
+	// long before anything else would have ended the wait: never, for the
+	// input, and --lock-timeout's minute, for the lock. The wall clock
+	// counts the process's start and exit too, which --timeout does not
+	// bound and a loaded machine stretches to seconds, so it is held to
+	// maxWait, a third of that minute, not to a few times 300ms.
+	const timedOut = "timed out after 300ms"
+	const maxWait = 20 * time.Second
+
 	// --timeout ends a wait for input that does not come...
 	pr, pw, err = os.Pipe()
 	if err != nil {
@@ -690,9 +705,10 @@ func TestWaitsAreBoundedAndHoldNoLock(t *testing.T) {
 	waiting := exec.Command(bin, "--db", db, "repair", "--consumers", "-", "--timeout", "300ms")
 	waiting.Stdin = pr
 	out, err := waiting.CombinedOutput()
+	inputTook := time.Since(start)
 	pr.Close()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), "timed out") {
+	if !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), timedOut) {
 		t.Fatalf("repair with no input and --timeout 300ms: %v\n%s", err, out)
 	}
 	// ...and a wait for the lock, however long --lock-timeout allows.
@@ -701,9 +717,11 @@ func TestWaitsAreBoundedAndHoldNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	c.fail(exitError, "timed out", "usage", "--lock-timeout", "1m", "--timeout", "300ms")
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("two waits bounded at 300ms took %v", took)
+	start = time.Now()
+	c.fail(exitError, timedOut, "usage", "--lock-timeout", "1m", "--timeout", "300ms")
+	lockTook := time.Since(start)
+	if inputTook > maxWait || lockTook > maxWait {
+		t.Fatalf("waits bounded at 300ms ended after %v (input) and %v (lock), want each within %v", inputTook, lockTook, maxWait)
 	}
 	c.fail(exitUsage, "--lock-timeout", "usage", "--lock-timeout", "-1s")
 }
@@ -719,15 +737,20 @@ func TestTimeoutAndInterruptBoundReadingAConsumersFIFO(t *testing.T) {
 		t.Skipf("mkfifo: %v", err)
 	}
 	// Both waits last forever unless ipamctl ends them: the test's own
-	// bound is only for a failure to show as one rather than as a hang.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// bound is only for a failure to show as one rather than as a hang,
+	// so it is far beyond what two runs of ipamctl take on a loaded
+	// machine (seconds), and beyond the default --timeout (30s), which
+	// would end an interrupted run that Ctrl-C failed to end as "timed
+	// out", not "canceled".
+	const guard = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	ended := func(cmd *exec.Cmd, err error, out []byte, want string) {
 		t.Helper()
 		var ee *exec.ExitError
 		switch {
 		case ctx.Err() != nil:
-			t.Fatalf("ipamctl %v still waiting after 20s, killed by the test: %s", cmd.Args[1:], out)
+			t.Fatalf("ipamctl %v still waiting after %v, killed by the test: %s", cmd.Args[1:], guard, out)
 		case !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), want):
 			t.Fatalf("ipamctl %v: %v, want exit %d saying %q: %s", cmd.Args[1:], err, exitError, want, out)
 		}
