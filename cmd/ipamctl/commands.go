@@ -583,9 +583,14 @@ type consumerEntry struct {
 }
 
 // decodeStrict decodes one JSON value from data into v, refusing unknown
-// keys and trailing data: a misspelt key in a --consumers file would
-// otherwise read as an owner holding nothing, whose records repair deletes.
+// keys, keys given twice and trailing data: a misspelt key in a
+// --consumers file would otherwise read as an owner holding nothing, whose
+// records repair deletes, and of a key given twice the decoder keeps the
+// last, so that "addresses": [...], "addresses": [] holds nothing too.
 func decodeStrict(data []byte, v any) error {
+	if err := noKeyTwice(data); err != nil {
+		return err
+	}
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
@@ -595,6 +600,50 @@ func decodeStrict(data []byte, v any) error {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// noKeyTwice returns an error if an object in data gives a key twice, as
+// encoding/json matches keys: ignoring case, with Unicode's simple folding
+// ("Addresses" and "addreſſes" are "addresses"). Malformed JSON is left
+// to the decoder to report.
+func noKeyTwice(data []byte) error {
+	type level struct {
+		keys    map[string]bool // nil in an array
+		wantKey bool
+	}
+	var open []level
+	d := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return nil
+		}
+		if n := len(open); n > 0 && open[n-1].wantKey {
+			if k, ok := tok.(string); ok {
+				folded := strings.ToLower(strings.ToUpper(k))
+				if open[n-1].keys[folded] {
+					return fmt.Errorf("key %q given twice in one object", k)
+				}
+				open[n-1].keys[folded] = true
+				open[n-1].wantKey = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			open = append(open, level{keys: map[string]bool{}, wantKey: true})
+			continue
+		case json.Delim('['):
+			open = append(open, level{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			open = open[:len(open)-1]
+		}
+		// A value ended: the object holding it, if any, wants a key next.
+		if n := len(open); n > 0 && open[n-1].keys != nil {
+			open[n-1].wantKey = true
+		}
+	}
 }
 
 func readConsumers(path string, e *env) ([]repair.Consumer, error) {

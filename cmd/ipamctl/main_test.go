@@ -354,6 +354,9 @@ func TestJSONToYAML(t *testing.T) {
 		{`{"s":["true","","a: b","a #b","2001:db8::1","ok/x-1.2","n"]}`, "s:\n- \"true\"\n- \"\"\n- \"a: b\"\n- \"a #b\"\n- \"2001:db8::1\"\n- ok/x-1.2\n- \"n\"\n"},
 		{`{"big":340282366920938463463374607431768211455}`, "big: 340282366920938463463374607431768211455\n"},
 		{`"top"`, "top\n"},
+		// Runes JSON leaves raw that YAML may not hold, or reads as a line
+		// break or a byte order mark, are escaped.
+		{`{"s":"a\u007fb\u0085c\u009f\ufeff\ufffe\uffffé"}`, `s: "a\u007Fb\u0085c\u009F\uFEFF\uFFFE\uFFFFé"` + "\n"},
 	} {
 		got, err := jsonToYAML([]byte(tc.in))
 		if err != nil || string(got) != tc.want {
@@ -426,6 +429,12 @@ func TestRepairRefusesAConsumersFileItCouldMisread(t *testing.T) {
 		// What jq gives for a misspelt key, and json.Marshal for a nil slice.
 		"null":         "null\n",
 		"a null entry": `[null]`,
+		// Of a key given twice, encoding/json keeps the last; it matches
+		// keys ignoring case, and folds "ſ" to "s".
+		"addresses twice":         `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"], "addresses": []}]`,
+		"addresses twice, cased":  `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"], "Addresses": []}]`,
+		"addresses twice, folded": `[{"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"], "addreſſes": []}]`,
+		"owner name twice":        `[{"parentRef": {"resource": "services", "namespace": "default", "name": "kubernetes", "Name": "other"}, "addresses": ["10.96.0.1"]}]`,
 	} {
 		file := filepath.Join(t.TempDir(), "consumers.json")
 		if err := os.WriteFile(file, []byte(consumers), 0o600); err != nil {

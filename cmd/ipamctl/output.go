@@ -200,7 +200,26 @@ func yamlString(s string) string {
 		return s
 	}
 	b, _ := json.Marshal(s)
-	return string(b)
+	// JSON's escapes are YAML's, but JSON leaves some runes raw that YAML
+	// may not hold (DEL, the C1 controls, U+FFFE, U+FFFF) or reads as a
+	// line break (U+0085) or a byte order mark (U+FEFF).
+	q := string(b)
+	if !strings.ContainsFunc(q, yamlMustEscape) {
+		return q
+	}
+	var out strings.Builder
+	for _, r := range q {
+		if yamlMustEscape(r) {
+			fmt.Fprintf(&out, "\\u%04X", r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
+}
+
+func yamlMustEscape(r rune) bool {
+	return r >= 0x7f && r <= 0x9f || r == 0xfeff || r == 0xfffe || r == 0xffff
 }
 
 func plainSafe(s string) bool {
