@@ -203,8 +203,10 @@ func validatePrefixes(ps []netip.Prefix) error {
 	for i, p := range ps {
 		errs = append(errs, validatePrefix(fieldCIDR(i), p))
 	}
+	// The family as the reference reads it: an IPv4-mapped prefix (refused
+	// above anyway) counts as IPv4.
 	if len(ps) == 2 && ps[0].IsValid() && ps[1].IsValid() &&
-		ps[0].Addr().Is4() == ps[1].Addr().Is4() {
+		ps[0].Addr().Unmap().Is4() == ps[1].Addr().Unmap().Is4() {
 		errs = append(errs, invalid(fieldCIDRs, prefixesValue(ps), detailOnePerFamily))
 	}
 	return joinErrs(errs...)

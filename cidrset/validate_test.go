@@ -177,10 +177,17 @@ func TestCIDRPrefixesMustEachBeValid(t *testing.T) {
 		fe{Field: "spec.cidrs[0]", Value: "10.0.0.1/24", Detail: msgBitsBeyond},
 		fe{Field: "spec.cidrs[1]", Detail: msgInvalidCIDR, Required: true},
 	)
+	// The reference reads a mapped prefix's family as IPv4: beside an
+	// IPv6 prefix it is refused only for being mapped, beside an IPv4 one
+	// for the family too.
 	c.Prefixes = pfx("fd00::/64", "::ffff:10.0.0.0/104")
-	wantErrors(t, "mapped", c.Validate(),
+	wantErrors(t, "mapped beside IPv6", c.Validate(),
 		fe{Field: "spec.cidrs[1]", Value: "::ffff:10.0.0.0/104", Detail: msgIPv4Mapped},
-		fe{Field: "spec.cidrs", Value: "fd00::/64, ::ffff:10.0.0.0/104", Detail: msgOnePerFamily},
+	)
+	c.Prefixes = pfx("10.0.0.0/8", "::ffff:10.0.0.0/104")
+	wantErrors(t, "mapped beside IPv4", c.Validate(),
+		fe{Field: "spec.cidrs[1]", Value: "::ffff:10.0.0.0/104", Detail: msgIPv4Mapped},
+		fe{Field: "spec.cidrs", Value: "10.0.0.0/8, ::ffff:10.0.0.0/104", Detail: msgOnePerFamily},
 	)
 }
 

@@ -66,6 +66,7 @@ const (
 
 	detailParentRefForm = "must be of the form resource[.group]/[namespace/]name"
 
+	detailNoDots    = "must not contain dots"
 	detailLabel     = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')"
 	detailSubdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
 	detailMaxLen    = "must be no more than %d characters"
@@ -304,7 +305,12 @@ func ValidateDNS1123Label(field, value string) error {
 	if len(value) > maxLabelLen {
 		errs = append(errs, &FieldError{Field: field, Value: value, Detail: fmt.Sprintf(detailMaxLen, maxLabelLen)})
 	}
-	if !isLabel(value) {
+	switch {
+	case isLabel(value):
+	case isSubdomain(value):
+		// As the reference says: a subdomain that is no label has dots.
+		errs = append(errs, &FieldError{Field: field, Value: value, Detail: detailNoDots})
+	default:
 		errs = append(errs, &FieldError{Field: field, Value: value, Detail: detailLabel})
 	}
 	return joinErrs(errs)

@@ -14,6 +14,7 @@ const (
 	msgInvalidIP    = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
 	msgLeadingZeros = "must not have leading 0s"
 	msgIPv4Mapped   = "must not be an IPv4-mapped IPv6 address"
+	msgNoDots       = "must not contain dots"
 	msgLabel        = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')"
 	msgSubdomain    = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
 	msgForm         = "must be of the form resource[.group]/[namespace/]name"
@@ -214,10 +215,13 @@ func TestParseParentRefValidatesTheParts(t *testing.T) {
 func TestParentRefResourceIsRequiredLabel(t *testing.T) {
 	p := ParentRef{Namespace: "default", Name: "kubernetes"}
 	wantErrors(t, "empty", p.Validate(), FieldError{"spec.parentRef.resource", "", "", true})
-	for _, r := range []string{"Services", "services.v1", "-services", "services-", "serv ices", "services/x", "sérvices"} {
+	for _, r := range []string{"Services", "-services", "services-", "serv ices", "services/x", "sérvices"} {
 		p.Resource = r
 		wantErrors(t, r, p.Validate(), FieldError{"spec.parentRef.resource", r, msgLabel, r == ""})
 	}
+	// A subdomain that is no label has dots, and the reference says so.
+	p.Resource = "services.v1"
+	wantErrors(t, p.Resource, p.Validate(), FieldError{"spec.parentRef.resource", p.Resource, msgNoDots, false})
 	p.Resource = strings.Repeat("a", 64)
 	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.resource", p.Resource, "must be no more than 63 characters", p.Resource == ""})
 	p.Resource = strings.Repeat("a", 63)
@@ -252,10 +256,12 @@ func TestParentRefNamespaceIsOptionalLabel(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Errorf("no namespace: %v", err)
 	}
-	for _, ns := range []string{"Default", "kube.system", "-ns", "ns-"} {
+	for _, ns := range []string{"Default", "-ns", "ns-", "kube..system", "kube.system-"} {
 		p.Namespace = ns
 		wantErrors(t, ns, p.Validate(), FieldError{"spec.parentRef.namespace", ns, msgLabel, ns == ""})
 	}
+	p.Namespace = "kube.system"
+	wantErrors(t, p.Namespace, p.Validate(), FieldError{"spec.parentRef.namespace", p.Namespace, msgNoDots, false})
 	p.Namespace = strings.Repeat("n", 64)
 	wantErrors(t, "64 chars", p.Validate(), FieldError{"spec.parentRef.namespace", p.Namespace, "must be no more than 63 characters", p.Namespace == ""})
 }
