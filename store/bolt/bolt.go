@@ -639,10 +639,10 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, 
 		case !anyRev && rec.Revision != want:
 			return nil, fmt.Errorf("address %s at revision %d, not %d: %w", addr, rec.Revision, want, store.ErrConflict)
 		}
-		if err := tx.Bucket(bucketAddrs).Delete(key); err != nil {
+		if err := deleteOwnerEntry(tx, rec, key); err != nil {
 			return nil, err
 		}
-		if err := tx.Bucket(bucketOwners).Delete(appendOwnerKey(nil, rec.Parent, addr)); err != nil {
+		if err := tx.Bucket(bucketAddrs).Delete(key); err != nil {
 			return nil, err
 		}
 		return []store.Event{{Kind: store.AddressDeleted, Revision: rev, Address: rec}}, nil
@@ -651,6 +651,22 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, 
 		return ipaddress.IPAddress{}, 0, err
 	}
 	return rec, deleted, nil
+}
+
+// deleteOwnerEntry deletes the owner index's entry for rec, stored under
+// key. A record naming an owner under whom the index has no entry for it
+// (a damaged value that still decodes) is corrupt: deleting it would
+// leave the real owner's entry behind, and every later AddressesOf of that
+// owner failing, so the write is refused and nothing is changed.
+func deleteOwnerEntry(tx *bbolt.Tx, rec ipaddress.IPAddress, key []byte) error {
+	okey := appendOwnerKey(nil, rec.Parent, rec.Addr)
+	c := tx.Bucket(bucketOwners).Cursor()
+	// Seek, not Get: an entry's value is empty, which Get cannot tell
+	// from a missing key.
+	if k, _ := c.Seek(okey); !bytes.Equal(k, okey) {
+		return corruptAt(bucketAddrs, key, corrupt("the owner index has no entry for it under its owner %s", rec.Parent))
+	}
+	return c.Delete()
 }
 
 // ReplaceAddressAt implements store.Store.
@@ -676,10 +692,10 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, w
 		case cur.Revision != want:
 			return nil, fmt.Errorf("address %s at revision %d, not %d: %w", rec.Addr, cur.Revision, want, store.ErrConflict)
 		}
-		owners := tx.Bucket(bucketOwners)
-		if err := owners.Delete(appendOwnerKey(nil, cur.Parent, rec.Addr)); err != nil {
+		if err := deleteOwnerEntry(tx, cur, key); err != nil {
 			return nil, err
 		}
+		owners := tx.Bucket(bucketOwners)
 		v := addrValue{parent: rec.Parent, created: s.now().UnixNano(), rev: rev}
 		if err := tx.Bucket(bucketAddrs).Put(key, appendAddrValue(nil, v)); err != nil {
 			return nil, fmt.Errorf("bolt: storing address %s: %w", rec.Addr, err)
