@@ -1094,7 +1094,7 @@ func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64
 	slices.Sort(dying)
 	dying = slices.Compact(dying)
 	for _, name := range dying {
-		if _, err := a.fin.Reconcile(ctx, name); err != nil {
+		if _, err := a.reconcile(ctx, name); err != nil {
 			a.cfg.logger.Warn("re-checking terminating CIDR", "cidr", name, "err", err)
 			a.recheckLater(name)
 		}

@@ -126,16 +126,18 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	if err := a.checkOpen(); err != nil {
 		return err
 	}
+	var marked cidrset.CIDR // the CIDR Terminating, as the store last gave it
 	for {
 		c, err := a.st.GetCIDR(ctx, name)
 		if err != nil {
 			return err
 		}
 		if c.Terminating {
+			marked = c
 			break
 		}
 		c.Terminating = true
-		_, err = a.st.UpdateCIDR(ctx, c)
+		marked, err = a.st.UpdateCIDR(ctx, c)
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -145,11 +147,16 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 		a.cfg.logger.Info("CIDR terminating", "cidr", name)
 		break
 	}
-	res, err := a.fin.Reconcile(ctx, name)
+	res, err := a.reconcile(ctx, name)
 	if err != nil {
 		return err
 	}
 	if res.Removed {
+		if res.CIDR.Revision == 0 {
+			// Removed by another writer first: the index may still hold
+			// the copy marked, which the store no longer does.
+			a.forgetRemoved(marked)
+		}
 		a.cfg.logger.Info("CIDR removed", "cidr", name)
 		return nil
 	}
@@ -169,7 +176,7 @@ func (a *Allocator) reconcileCoveredBy(ctx context.Context, c cidrset.CIDR) {
 	names := a.terminatingOverlappingLocked(c)
 	a.mu.Unlock()
 	for _, name := range names {
-		res, err := a.fin.Reconcile(ctx, name)
+		res, err := a.reconcile(ctx, name)
 		switch {
 		case err != nil:
 			a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)

@@ -12,6 +12,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/finalizer"
 	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/store"
 )
@@ -79,7 +80,9 @@ func (w watcher) Apply(e store.Event) {
 		a.cidrChangedLocked(old.Prefixes, e.CIDR.Prefixes)
 		a.recheckAfterPutLocked(e.CIDR)
 	case store.CIDRDeleted:
-		if old, existed := a.index.Get(e.CIDR.Name); existed {
+		// A copy newer than the deletion is a CIDR of that name created
+		// since, put by refreshCIDR before the watch got here.
+		if old, existed := a.index.Get(e.CIDR.Name); existed && old.Revision < e.Revision {
 			a.index.Delete(old.Name)
 			a.cidrChangedLocked(old.Prefixes, nil)
 		}
@@ -375,7 +378,7 @@ func (a *Allocator) reconcileLoop(ctx context.Context) {
 		a.mu.Unlock()
 		failed := false
 		for _, name := range names {
-			_, err := a.fin.Reconcile(ctx, name)
+			_, err := a.reconcile(ctx, name)
 			switch {
 			case err == nil, ctx.Err() != nil:
 			case errors.Is(err, store.ErrReadOnly):
@@ -462,6 +465,29 @@ func (a *Allocator) refreshCIDR(ctx context.Context, failed store.Fence) {
 	// applied meanwhile.
 	case err != nil && known && isNotFound(err) && old.Revision <= failed.Revision:
 		a.index.Delete(name)
+		a.cidrChangedLocked(old.Prefixes, nil)
+	}
+}
+
+// reconcile is a.fin.Reconcile, and the index forgets a CIDR it removed,
+// as the store has: the watch's event comes later, and until then the
+// caller's next read would still see the CIDR Terminating, and an
+// allocation get ErrFull rather than ErrMismatch.
+func (a *Allocator) reconcile(ctx context.Context, name string) (finalizer.Result, error) {
+	res, err := a.fin.Reconcile(ctx, name)
+	if err == nil && res.Removed && res.CIDR.Revision != 0 {
+		a.forgetRemoved(res.CIDR)
+	}
+	return res, err
+}
+
+// forgetRemoved drops c, gone from the store, from the index, unless the
+// index holds a newer copy: a CIDR of that name created since.
+func (a *Allocator) forgetRemoved(c cidrset.CIDR) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.index.Get(c.Name); ok && old.Revision <= c.Revision {
+		a.index.Delete(c.Name)
 		a.cidrChangedLocked(old.Prefixes, nil)
 	}
 }
