@@ -1,0 +1,230 @@
+package bolt_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/bolt"
+)
+
+// rawDump returns every key and value of the file's buckets, as
+// "bucket\x00key" -> value.
+func rawDump(t testing.TB, path string) map[string]string {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	out := map[string]string{}
+	err = db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				out[string(name)+"\x00"+string(k)] = string(v)
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ownerKeysOf returns the owner-index keys of address a in dump.
+func ownerKeysOf(dump map[string]string, a []byte) []string {
+	var out []string
+	for k := range dump {
+		if len(k) > len("owners\x00") && k[:len("owners\x00")] == "owners\x00" && bytes.HasSuffix([]byte(k), a) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// FuzzCorruptAddressValue: whatever bytes the value of one address record
+// holds (damage, or a sound encoding that disagrees with the owner index),
+// a write to that address either fails, with an error matching
+// store.ErrCorrupt, and changes nothing in the file; or succeeds and leaves
+// no trace of the old record: no owner-index entry of the address but the
+// new owner's, and every other key and value as it was (but the store
+// revision).
+func FuzzCorruptAddressValue(f *testing.F) {
+	// Sound values to start from: that of 10.0.0.7 as written, and that of
+	// a record of another owner (a value that decodes, but disagrees with
+	// the owner index of 10.0.0.7).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	scratch := filepath.Join(f.TempDir(), "scratch.db")
+	st, err := bolt.Open(scratch)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range []struct {
+		a string
+		p ipaddress.ParentRef
+	}{{"10.0.0.7", svc("default", "a")}, {"10.0.0.9", svc("default", "c")}, {"10.0.0.10", ipaddress.ParentRef{Resource: "nodes", Name: "a"}}} {
+		if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip(r.a), Parent: r.p}}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	st.Close()
+	dump := rawDump(f, scratch)
+	for _, a := range []string{"10.0.0.7", "10.0.0.9", "10.0.0.10"} {
+		v := []byte(dump["addrs\x00"+string(addrKey(ip(a)))])
+		f.Add(v, false)
+		f.Add(v, true)
+	}
+	f.Add([]byte{}, false)
+	f.Add([]byte{1, 0x80}, true)
+
+	f.Fuzz(func(t *testing.T, val []byte, replace bool) {
+		ctx := ctxT(t)
+		path := tempPath(t)
+		st, err := bolt.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create(t, st, "10.0.0.7", svc("default", "a"))
+		create(t, st, "10.0.0.8", svc("default", "b"))
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		key7 := addrKey(ip("10.0.0.7"))
+		rawPut(t, path, []byte("addrs"), key7, val)
+		before := rawDump(t, path)
+
+		st, err = bolt.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newOwner := svc("default", "new")
+		rec, gerr := st.GetAddress(ctx, ip("10.0.0.7"))
+		misowned := gerr == nil && rec.Parent != svc("default", "a")
+		switch {
+		case !replace:
+			_, _, err = st.DeleteAddress(ctx, ip("10.0.0.7"))
+		case gerr == nil:
+			rec.Parent = newOwner
+			_, err = st.ReplaceAddressAt(ctx, rec, rec.Revision)
+		default:
+			err = gerr
+		}
+		if cerr := st.Close(); cerr != nil {
+			t.Fatal(cerr)
+		}
+		after := rawDump(t, path)
+		if err != nil {
+			if !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("value %x: error %v does not match ErrCorrupt", val, err)
+			}
+			if !maps.Equal(before, after) {
+				t.Fatalf("value %x: a write that failed (%v) changed the file", val, err)
+			}
+			return
+		}
+		owners := ownerKeysOf(after, key7)
+		if misowned && skipKnown() {
+			// A sound value naming another owner than the index does:
+			// the write succeeds and leaves the index entry of the owner
+			// the index knows (reported; TestAWriteToAMisownedRecord).
+			// Skip the index check, keep the rest.
+			owners = slicesDeleteKey(owners, "owners\x00"+string(ownerKey(svc("default", "a"), key7)))
+		}
+		switch {
+		case !replace && len(owners) != 0:
+			t.Fatalf("value %x: DeleteAddress succeeded and left the owner-index entries %q", val, owners)
+		case replace && (len(owners) != 1 || owners[0] != "owners\x00"+string(ownerKey(newOwner, key7))):
+			t.Fatalf("value %x: ReplaceAddressAt succeeded and left the owner-index entries %q", val, owners)
+		}
+		for k, v := range before {
+			if k == "meta\x00revision" || k == "addrs\x00"+string(key7) || bytes.HasSuffix([]byte(k), key7) {
+				continue
+			}
+			if w, ok := after[k]; !ok || w != v {
+				t.Fatalf("value %x: a write to 10.0.0.7 changed %q", val, k)
+			}
+		}
+	})
+}
+
+// ownerKey is the owner-index key of (p, addrKey): each field as a
+// one-byte length (the test's fields are short) and its bytes.
+func ownerKey(p ipaddress.ParentRef, akey []byte) []byte {
+	var b []byte
+	for _, s := range []string{p.Group, p.Resource, p.Namespace, p.Name} {
+		b = append(b, byte(len(s)))
+		b = append(b, s...)
+	}
+	return append(b, akey...)
+}
+
+// skipKnown reports whether the fuzz targets skip the failures the fuzz
+// campaign reported, to look for others: NETIPAM_FUZZ_SKIP_KNOWN=1.
+func skipKnown() bool { return os.Getenv("NETIPAM_FUZZ_SKIP_KNOWN") == "1" }
+
+func slicesDeleteKey(keys []string, k string) []string {
+	return slices.DeleteFunc(keys, func(s string) bool { return s == k })
+}
+
+// TestAWriteToAMisownedRecord: the value of 10.0.0.7 is a sound encoding
+// naming owner default/c, while the owner index holds 10.0.0.7 under
+// default/a (one flipped byte of the name, or a value written by a bug
+// elsewhere). DeleteAddress and ReplaceAddressAt succeed, and leave the
+// index entry of default/a behind: from then on AddressesOf(default/a)
+// fails with ErrCorrupt, where Check alone would have reported the record.
+func TestAWriteToAMisownedRecord(t *testing.T) {
+	for _, replace := range []bool{false, true} {
+		ctx := ctxT(t)
+		path := tempPath(t)
+		st := mustOpenNoCleanup(t, path)
+		create(t, st, "10.0.0.7", svc("default", "a"))
+		create(t, st, "10.0.0.9", svc("default", "c"))
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		dump := rawDump(t, path)
+		rawPut(t, path, []byte("addrs"), addrKey(ip("10.0.0.7")), []byte(dump["addrs\x00"+string(addrKey(ip("10.0.0.9")))]))
+
+		st = mustOpen(t, path)
+		rec, err := st.GetAddress(ctx, ip("10.0.0.7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if replace {
+			rec.Parent = svc("default", "new")
+			_, err = st.ReplaceAddressAt(ctx, rec, rec.Revision)
+		} else {
+			_, _, err = st.DeleteAddress(ctx, rec.Addr)
+		}
+		if err != nil {
+			if !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("replace %v: %v, want nil or ErrCorrupt", replace, err)
+			}
+			continue // refused: the fix
+		}
+		if _, err := st.AddressesOf(ctx, svc("default", "a")); err != nil {
+			t.Errorf("replace %v: the write succeeded, and now AddressesOf(default/a): %v", replace, err)
+		}
+	}
+}
+
+func mustOpenNoCleanup(t *testing.T, path string) *bolt.Store {
+	t.Helper()
+	st, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
