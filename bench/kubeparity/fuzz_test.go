@@ -7,7 +7,6 @@ package kubeparity
 import (
 	"errors"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -157,13 +156,6 @@ func FuzzParsePrefixAgreesWithKubernetes(f *testing.F) {
 	})
 }
 
-// knownDotsDifference skips one known difference, when
-// NETIPAM_FUZZ_SKIP_KNOWN=1 (to look for others): for a label that is a
-// valid subdomain ("a.b"), IsDNS1123Label says "must not contain dots",
-// ValidateDNS1123Label gives its general label message.
-// TestLabelWithDotsMessage shows it alone.
-var knownDotsDifference = os.Getenv("NETIPAM_FUZZ_SKIP_KNOWN") == "1"
-
 // FuzzDNS1123AgreesWithKubernetes: the name checks of metadata.name and of
 // a ParentRef's fields accept exactly what IsDNS1123Label and
 // IsDNS1123Subdomain accept, and report as many problems (too long, wrong
@@ -191,9 +183,6 @@ func FuzzDNS1123AgreesWithKubernetes(f *testing.F) {
 			}
 			for i, fe := range fes {
 				want, _, _ := strings.Cut(ref[i], " (e.g. ")
-				if ref[i] == "must not contain dots" && knownDotsDifference {
-					continue // reported in the fuzz campaign; keep fuzzing past it
-				}
 				if !strings.HasPrefix(fe.Detail, want) {
 					t.Fatalf("%s %q: error %d is %q; reference %q", kind, s, i, fe.Detail, ref[i])
 				}
@@ -208,7 +197,7 @@ func FuzzDNS1123AgreesWithKubernetes(f *testing.F) {
 }
 
 // TestLabelWithDotsMessage: a label that is a valid subdomain gets the
-// reference's "must not contain dots". It fails today (low: message text).
+// reference's "must not contain dots".
 func TestLabelWithDotsMessage(t *testing.T) {
 	err := ipaddress.ValidateDNS1123Label("spec.parentRef.namespace", "a.b")
 	fes := ipaddress.FieldErrors(err)
@@ -282,27 +271,14 @@ func FuzzValidateCIDRAgreesWithKubernetes(f *testing.F) {
 		}
 		got := cidrErrors(cidrset.CIDR{Name: "x", Prefixes: ps})
 		want := refServiceCIDRErrors(strs)
-		if knownMappedFamilyDifference && slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Addr().Is4In6() }) {
-			// Reported (TestMappedPrefixFamily); compare the rest.
-			notFamily := func(e string) bool { return strings.HasPrefix(e, "spec.cidrs: may specify no more than one IP") }
-			got, want = slices.DeleteFunc(got, notFamily), slices.DeleteFunc(want, notFamily)
-		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("prefixes %q:\nnetipam:   %q\nreference: %q", strs, got, want)
 		}
 	})
 }
 
-// knownMappedFamilyDifference skips one known difference in
-// FuzzValidateCIDRAgreesWithKubernetes, when NETIPAM_FUZZ_SKIP_KNOWN=1:
-// the reference counts an IPv4-mapped prefix as IPv4 in its
-// one-per-family check, CIDR.Validate as IPv6. TestMappedPrefixFamily
-// shows it alone.
-var knownMappedFamilyDifference = os.Getenv("NETIPAM_FUZZ_SKIP_KNOWN") == "1"
-
 // TestMappedPrefixFamily: with an IPv4-mapped prefix, the one-per-family
-// error is the reference's. It fails today (low: an extra or a missing
-// message beside the IPv4-mapped one, on input refused either way).
+// error is the reference's, which counts such a prefix as IPv4.
 func TestMappedPrefixFamily(t *testing.T) {
 	for _, strs := range [][]string{{"10.0.0.0/8", "::ffff:10.0.0.0/104"}, {"::ffff:10.0.0.0/104", "fd00::/64"}} {
 		var ps []netip.Prefix

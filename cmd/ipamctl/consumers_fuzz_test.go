@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -73,7 +72,7 @@ func FuzzParseConsumersKeepsEveryClaim(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if k := dupKey(data); k != "" && os.Getenv("NETIPAM_FUZZ_SKIP_KNOWN") != "1" {
+		if k := dupKey(data); k != "" {
 			t.Fatalf("%s: accepted with the key %q given twice in one object: read as %+v", data, k, consumers)
 		}
 		// Each owner's addresses are its entry's list, as given.
@@ -100,9 +99,9 @@ func FuzzParseConsumersKeepsEveryClaim(f *testing.F) {
 }
 
 // TestConsumersWithAKeyTwice: each file below names an owner's addresses
-// twice, or its name twice; parseConsumers takes the last one silently,
-// and repair then deletes the records of the addresses (or the owner) the
-// first one named. It fails today.
+// twice, or its name twice; parseConsumers took the last one silently,
+// and repair then deleted the records of the addresses (or the owner) the
+// first one named. Such a file is refused.
 func TestConsumersWithAKeyTwice(t *testing.T) {
 	for _, in := range []string{
 		`[{"parentRef":"services/default/x","addresses":["10.96.0.1"],"addresses":[]}]`,
@@ -117,8 +116,8 @@ func TestConsumersWithAKeyTwice(t *testing.T) {
 
 // TestRepairWithAKeyTwiceDeletesARecord is TestConsumersWithAKeyTwice end
 // to end: repair, given a consumers file whose owner lists its address and
-// then, under the same key, nothing, deletes the owner's record. It fails
-// today (the record is gone).
+// then, under the same key, nothing, deleted the owner's record; the file
+// is now refused and the record stays.
 func TestRepairWithAKeyTwiceDeletesARecord(t *testing.T) {
 	db := t.TempDir() + "/ipam.db"
 	ipamctl := func(stdin string, args ...string) (int, string) {
