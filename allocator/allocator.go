@@ -100,6 +100,11 @@ type Allocator struct {
 	closed  atomic.Bool
 	closing chan struct{}
 
+	// reconcileMu orders the removals of Terminating CIDRs this allocator
+	// makes (reconcile): one that finds its CIDR already gone knows then
+	// that the index has forgotten it, if this allocator removed it.
+	reconcileMu sync.Mutex
+
 	// mu guards what follows. Over a store.Locked store it is the store's
 	// own lock, under which the store applies every write to the index:
 	// the watcher then takes no lock, and an allocation chooses and

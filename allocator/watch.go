@@ -472,8 +472,12 @@ func (a *Allocator) refreshCIDR(ctx context.Context, failed store.Fence) {
 // reconcile is a.fin.Reconcile, and the index forgets a CIDR it removed,
 // as the store has: the watch's event comes later, and until then the
 // caller's next read would still see the CIDR Terminating, and an
-// allocation get ErrFull rather than ErrMismatch.
+// allocation get ErrFull rather than ErrMismatch. Under reconcileMu, so
+// that a call finding the CIDR removed by another of this allocator's
+// (the background reconciler's, say) returns after that one's forgetting.
 func (a *Allocator) reconcile(ctx context.Context, name string) (finalizer.Result, error) {
+	a.reconcileMu.Lock()
+	defer a.reconcileMu.Unlock()
 	res, err := a.fin.Reconcile(ctx, name)
 	if err == nil && res.Removed && res.CIDR.Revision != 0 {
 		a.forgetRemoved(res.CIDR)
