@@ -152,9 +152,15 @@ type Allocator struct {
 	// recheck names the Terminating CIDRs the background reconciler is
 	// to look at again (recheckLocked).
 	recheck map[string]struct{}
-	live    [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
-	cands   []Candidate     // scratch for Policy, reused under mu
-	holding []*pool         // scratch for poolsHolding, reused under mu
+	// forgotten holds, per CIDR this allocator removed and dropped from
+	// the index ahead of the watch (forgetRemoved), the revision of the
+	// copy it removed: a put of that name up to it, still on its way
+	// through the watch, is stale. Cleared by the name's next deletion or
+	// newer put, and by Reset.
+	forgotten map[string]int64
+	live      [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
+	cands     []Candidate     // scratch for Policy, reused under mu
+	holding   []*pool         // scratch for poolsHolding, reused under mu
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are

@@ -28,6 +28,7 @@ func (w watcher) Reset(s store.Snapshot) {
 	// the bitmaps of the dense pools containing it, and only the rest is
 	// sorted into sparse.
 	a.index = cidrset.NewIndex(s.CIDRs)
+	clear(a.forgotten)
 	for f := range a.sparse {
 		_ = a.sparse[f].Reset(nil)
 	}
@@ -72,6 +73,12 @@ func (w watcher) Apply(e store.Event) {
 	case store.AddressPut, store.AddressDeleted:
 		a.addressChangedLocked(e.Kind, e.Address.Addr)
 	case store.CIDRPut:
+		if rev, ok := a.forgotten[e.CIDR.Name]; ok {
+			if e.CIDR.Revision <= rev {
+				break // a copy this allocator removed since
+			}
+			delete(a.forgotten, e.CIDR.Name)
+		}
 		old, existed := a.index.Get(e.CIDR.Name)
 		if existed && old.Revision >= e.CIDR.Revision {
 			break // already known (refreshCIDR got there first)
@@ -80,9 +87,8 @@ func (w watcher) Apply(e store.Event) {
 		a.cidrChangedLocked(old.Prefixes, e.CIDR.Prefixes)
 		a.recheckAfterPutLocked(e.CIDR)
 	case store.CIDRDeleted:
-		// A copy newer than the deletion is a CIDR of that name created
-		// since, put by refreshCIDR before the watch got here.
-		if old, existed := a.index.Get(e.CIDR.Name); existed && old.Revision < e.Revision {
+		delete(a.forgotten, e.CIDR.Name)
+		if old, existed := a.index.Get(e.CIDR.Name); existed {
 			a.index.Delete(old.Name)
 			a.cidrChangedLocked(old.Prefixes, nil)
 		}
@@ -486,14 +492,23 @@ func (a *Allocator) reconcile(ctx context.Context, name string) (finalizer.Resul
 }
 
 // forgetRemoved drops c, gone from the store, from the index, unless the
-// index holds a newer copy: a CIDR of that name created since.
+// index holds a newer copy: a CIDR of that name created since. A watch
+// behind may still bring c itself, or an older copy: those are skipped.
 func (a *Allocator) forgetRemoved(c cidrset.CIDR) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if old, ok := a.index.Get(c.Name); ok && old.Revision <= c.Revision {
+	old, ok := a.index.Get(c.Name)
+	if ok && old.Revision > c.Revision {
+		return
+	}
+	if ok {
 		a.index.Delete(c.Name)
 		a.cidrChangedLocked(old.Prefixes, nil)
 	}
+	if a.forgotten == nil {
+		a.forgotten = make(map[string]int64)
+	}
+	a.forgotten[c.Name] = max(a.forgotten[c.Name], c.Revision)
 }
 
 // view adapts the allocator to finalizer.View.
