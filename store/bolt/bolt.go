@@ -654,19 +654,30 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, 
 }
 
 // deleteOwnerEntry deletes the owner index's entry for rec, stored under
-// key. A record naming an owner under whom the index has no entry for it
-// (a damaged value that still decodes) is corrupt: deleting it would
-// leave the real owner's entry behind, and every later AddressesOf of that
-// owner failing, so the write is refused and nothing is changed.
+// key. A record whose value names another owner than the one the index
+// holds it under (a damaged value that still decodes) is corrupt:
+// deleting it would leave the real owner's entry behind, and every later
+// AddressesOf of that owner failing, so the write is refused and nothing
+// is changed. A record with no entry at all is written as asked, which
+// leaves the file consistent.
 func deleteOwnerEntry(tx *bbolt.Tx, rec ipaddress.IPAddress, key []byte) error {
 	okey := appendOwnerKey(nil, rec.Parent, rec.Addr)
 	c := tx.Bucket(bucketOwners).Cursor()
 	// Seek, not Get: an entry's value is empty, which Get cannot tell
 	// from a missing key.
-	if k, _ := c.Seek(okey); !bytes.Equal(k, okey) {
-		return corruptAt(bucketAddrs, key, corrupt("the owner index has no entry for it under its owner %s", rec.Parent))
+	if k, _ := c.Seek(okey); bytes.Equal(k, okey) {
+		return c.Delete()
 	}
-	return c.Delete()
+	// Rare (a damaged file): a scan of the index for the address.
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < len(key) || !bytes.Equal(k[len(k)-len(key):], key) {
+			continue
+		}
+		if p, a, err := decodeOwnerKey(k); err == nil && a == rec.Addr {
+			return corruptAt(bucketAddrs, key, corrupt("held by %s in the owner index, by %s in its value", p, rec.Parent))
+		}
+	}
+	return nil
 }
 
 // ReplaceAddressAt implements store.Store.

@@ -159,12 +159,3 @@ func ownerKey(p ipaddress.ParentRef, akey []byte) []byte {
 	}
 	return append(b, akey...)
 }
-
-func mustOpenNoCleanup(t *testing.T, path string) *bolt.Store {
-	t.Helper()
-	st, err := bolt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}

@@ -106,3 +106,45 @@ func TestAWriteToAMisownedRecordIsRefusedAndChangesNothing(t *testing.T) {
 		s.Close()
 	}
 }
+
+// A record missing only its owner-index entry (no other owner's entry
+// names the address) is still deleted or replaced as asked, which leaves
+// the file consistent: refusing it would hold the address for good.
+func TestARecordMissingOnlyItsIndexEntryCanStillBeWritten(t *testing.T) {
+	ctx := context.Background()
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "o"}
+	addr := netip.MustParseAddr("10.0.0.7")
+	for _, replace := range []bool{false, true} {
+		s, err := Open(filepath.Join(t.TempDir(), "netipam.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.db.Update(func(tx *bbolt.Tx) error {
+			return tx.Bucket(bucketOwners).Delete(appendOwnerKey(nil, owner, addr))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(ctx); !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("Check of a record without its index entry: %v, want ErrCorrupt", err)
+		}
+		if replace {
+			_, err = s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: addr, Parent: owner}, recs[0].Revision)
+		} else {
+			_, _, err = s.DeleteAddress(ctx, addr)
+		}
+		if err != nil {
+			t.Errorf("replace %v: %v, want the write done", replace, err)
+		}
+		if err := s.Check(ctx); err != nil {
+			t.Errorf("replace %v: Check after the write: %v", replace, err)
+		}
+		s.Close()
+	}
+}
