@@ -46,18 +46,6 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 	if len(spec.endpoints) == 0 {
 		return nil, usageErrorf("--etcd %q: no endpoint", eps)
 	}
-	// The etcd client takes TLS or not for all endpoints from the first
-	// one's scheme: in a list giving both http:// and https:// endpoints,
-	// those of the other scheme fail only when the client turns to them.
-	var plain, secure bool
-	for _, ep := range spec.endpoints {
-		scheme, _, _ := strings.Cut(ep, "://")
-		plain = plain || scheme == "http" || scheme == "unix"
-		secure = secure || scheme == "https" || scheme == "unixs"
-	}
-	if plain && secure {
-		return nil, usageErrorf("--etcd %q: both http:// and https:// endpoints: the client would use the first one's scheme for all", eps)
-	}
 	for _, f := range []string{"etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-user"} {
 		// An unset variable must not mean the default, or no TLS.
 		if v, ok := cl.flags[f]; ok && v == "" {
@@ -80,6 +68,20 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 		}
 		spec.tls = cfg
 	}
+	// The etcd client takes TLS or not for all endpoints from the first
+	// one: in a list where some are reached over TLS and some are not,
+	// those of the other kind fail only when the client turns to them.
+	var plain, secure bool
+	for _, ep := range spec.endpoints {
+		if overTLS(ep, spec.tls != nil) {
+			secure = true
+		} else {
+			plain = true
+		}
+	}
+	if plain && secure {
+		return nil, usageErrorf("--etcd %q: some endpoints are reached over TLS and some not (http:// or https://, or HOST:PORT, which is TLS only with --etcd-cacert or --etcd-cert): the client would take the first one's way for all", eps)
+	}
 
 	if u, ok := cl.flags["etcd-user"]; ok {
 		name, password, inline := strings.Cut(u, ":")
@@ -96,6 +98,20 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 		spec.user, spec.password = name, password
 	}
 	return spec, nil
+}
+
+// overTLS reports whether the etcd client reaches endpoint ep over TLS:
+// by its scheme (any case), or, for a bare HOST:PORT, when TLS flags are
+// given.
+func overTLS(ep string, tlsFlags bool) bool {
+	scheme, _, found := strings.Cut(strings.ToLower(ep), ":")
+	switch {
+	case found && (scheme == "https" || scheme == "unixs"):
+		return true
+	case found && (scheme == "http" || scheme == "unix"):
+		return false
+	}
+	return tlsFlags
 }
 
 // openEtcd connects to the etcd endpoints (host:port or URLs) and returns

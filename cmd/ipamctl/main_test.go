@@ -623,6 +623,7 @@ func TestBadInputIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 	}
 	// So are bad etcd flags, before a consumers pipe nobody writes to is
 	// read: were it read first, --timeout would end the wait, exit 1.
+	const mixedTLS = "some endpoints are reached over TLS and some not"
 	fifo := filepath.Join(dir, "consumers.fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatalf("mkfifo: %v", err)
@@ -632,8 +633,11 @@ func TestBadInputIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 		want  string
 	}{
 		{[]string{"--etcd", addr, "--etcd-prefix", "/netipam/v1/ips/x"}, "inside another store's records"},
-		{[]string{"--etcd", "http://" + addr + ",https://" + addr}, "both http:// and https://"},
-		{[]string{"--etcd", "unixs:///run/etcd.sock," + addr + ",unix:///run/etcd2.sock"}, "both http:// and https://"},
+		{[]string{"--etcd", "http://" + addr + ",https://" + addr}, mixedTLS},
+		{[]string{"--etcd", "unixs:///run/etcd.sock,https://" + addr + ",unix:///run/etcd2.sock"}, mixedTLS},
+		{[]string{"--etcd", "HTTP://" + addr + ",https://" + addr}, mixedTLS},
+		// A bare HOST:PORT is reached without TLS when no TLS flag is given.
+		{[]string{"--etcd", addr + ",https://" + addr}, mixedTLS},
 	} {
 		(&cli{t: t, store: append(c.store, "--timeout", "2s")}).fail(exitUsage, c.want, "repair", "--consumers", fifo)
 	}
