@@ -35,13 +35,13 @@ for pat in "$@"; do
     exit 1
   fi
   total=$(grep -o 'Collected : [0-9]*' "$tmp/log" | awk '{print $3}')
-  # b.Loop runs the body n times, plus once in its first round.
-  echo "$pat	$((total / (n + 1))) instructions per allocate + release"
+  # With -benchtime Nx, b.Loop runs the body exactly n times.
+  echo "$pat	$((total / n)) instructions per allocate + release"
   if [ -n "${TOP:-}" ]; then
     # Callers that hold the whole loop (the test's frames) are left out.
     callgrind_annotate --inclusive=yes "$tmp/out" 2>/dev/null | grep -v "'" | grep '\[' |
       sed 's/([^)]*)//' |
-      awk -v n=$((n + 1)) -v t="$total" '{gsub(",", "", $1); if ($1 + 0 >= t + 0) next; v = $1 / n; $1 = ""; printf "%7d %s\n", v, $0}' |
+      awk -v n="$n" -v t="$total" '{gsub(",", "", $1); if ($1 + 0 >= t + 0) next; v = $1 / n; $1 = ""; printf "%7d %s\n", v, $0}' |
       sed 's| \[.*||; s|github.com/netipam/netipam/||g' | sort -rn | head -n "$TOP"
   fi
 done

@@ -314,11 +314,10 @@ func TestLintAndNoSource(t *testing.T) {
 	}
 }
 
-// The default names and label values are the package's alone: what a
-// caller does with the copies it was given changes no other Metrics.
+// The repair error types are the package's alone: what a caller does with
+// the slice it was given changes no other Metrics. (The names are a
+// struct, returned by value.)
 func TestDefaultsAreNotSharedState(t *testing.T) {
-	names := metrics.DefaultNames()
-	names.RepairIPErrors = "changed_by_a_caller"
 	types := metrics.RepairErrorTypes()
 	types[0] = "changed_by_a_caller"
 

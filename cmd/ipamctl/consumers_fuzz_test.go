@@ -29,11 +29,13 @@ func dupKey(data []byte) string {
 			top = stack[len(stack)-1]
 		}
 		if s, ok := tok.(string); ok && top != nil && top.object && top.key {
-			k := strings.ToLower(s)
-			if top.keys[k] {
-				return s
+			// As encoding/json matches keys: Unicode's simple folding.
+			for k := range top.keys {
+				if strings.EqualFold(k, s) {
+					return s
+				}
 			}
-			top.keys[k] = true
+			top.keys[s] = true
 			top.key = false
 			continue
 		}
