@@ -297,3 +297,32 @@ func (a *Allocator) resetFrom(ctx context.Context, st store.Store) error {
 	watcher{a}.Reset(snap)
 	return nil
 }
+
+// An allocator whose watch is never behind (the memory store tells it of
+// every write before the write returns) keeps no record of the CIDRs it
+// removed: one per removed name would grow for as long as it runs.
+func TestRemovedCIDRsLeaveNothingBehindWhenTheWatchIsCurrent(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 50 {
+		name := fmt.Sprintf("c-%d", i)
+		if _, err := a.CreateCIDR(ctx, name, netip.MustParsePrefix("10.0.0.0/24")); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.DeleteCIDR(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := len(a.forgotten); n != 0 {
+		t.Errorf("%d removed CIDRs remembered, want none", n)
+	}
+	if n := len(a.index.All()); n != 0 {
+		t.Errorf("%d CIDRs left in the index, want none", n)
+	}
+}

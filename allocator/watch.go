@@ -493,7 +493,8 @@ func (a *Allocator) reconcile(ctx context.Context, name string) (finalizer.Resul
 
 // forgetRemoved drops c, gone from the store, from the index, unless the
 // index holds a newer copy: a CIDR of that name created since. A watch
-// behind may still bring c itself, or an older copy: those are skipped.
+// not yet at c's revision may still bring c itself, or an older copy:
+// those are skipped.
 func (a *Allocator) forgetRemoved(c cidrset.CIDR) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -504,6 +505,9 @@ func (a *Allocator) forgetRemoved(c cidrset.CIDR) {
 	if ok {
 		a.index.Delete(c.Name)
 		a.cidrChangedLocked(old.Prefixes, nil)
+	}
+	if a.rev >= c.Revision {
+		return // the watch is past every put of c: nothing to skip
 	}
 	if a.forgotten == nil {
 		a.forgotten = make(map[string]int64)
