@@ -95,25 +95,7 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 	if len(r.morePos) != inMore {
 		t.Fatalf("morePos has %d entries, more %d", len(r.morePos), inMore)
 	}
-	for _, p := range recordsOwners {
-		var got, want []netip.Addr
-		for _, rec := range r.of(p) {
-			if m, ok := model[rec.Addr]; !ok || !sameRecord(rec, m) {
-				t.Fatalf("of(%v): %+v, model %+v", p, rec, m)
-			}
-			got = append(got, rec.Addr)
-		}
-		for a, rec := range model {
-			if rec.Parent == p {
-				want = append(want, a)
-			}
-		}
-		slices.SortFunc(got, netip.Addr.Compare)
-		slices.SortFunc(want, netip.Addr.Compare)
-		if !slices.Equal(got, want) {
-			t.Fatalf("of(%v) = %v, model %v", p, got, want)
-		}
-	}
+	checkOwnersOf(t, r, model, recordsOwners)
 }
 
 // checkTable checks the Robin Hood invariants of tb: every slot's distance
@@ -584,5 +566,29 @@ func TestAHugeEntryCostsNoFreeListPerByte(t *testing.T) {
 	r.remove(benchAddr(false, 0))
 	if n := len(r.arena.free); n > maxReusedSize+1 {
 		t.Fatalf("%d free lists after one entry of 1 MiB", n)
+	}
+}
+
+// checkOwnersOf checks r.of(p) against the model for each of owners: the
+// records it yields are the model's, and they are all of p's.
+func checkOwnersOf(t interface{ Fatalf(string, ...any) }, r *records, model map[netip.Addr]ipaddress.IPAddress, owners []ipaddress.ParentRef) {
+	for _, p := range owners {
+		var got, want []netip.Addr
+		for _, rec := range r.of(p) {
+			if m, ok := model[rec.Addr]; !ok || !sameRecord(rec, m) {
+				t.Fatalf("of(%q): %+v, model %+v", p, rec, m)
+			}
+			got = append(got, rec.Addr)
+		}
+		for a, rec := range model {
+			if rec.Parent == p {
+				want = append(want, a)
+			}
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		slices.SortFunc(want, netip.Addr.Compare)
+		if !slices.Equal(got, want) {
+			t.Fatalf("of(%q) = %v, model %v", p, got, want)
+		}
 	}
 }
