@@ -462,7 +462,24 @@ func TestRepairRetryAfterIsNeverEarly(t *testing.T) {
 		}
 	}
 
-	// Waiting what it says, then running again, decides the record.
+	// Waiting what it says, then running again, decides the record. A
+	// first pass that comes over 0.3s late finds the grace over and has
+	// nothing to wait for; a loaded machine gets a few more tries.
+	for try := 1; ; try++ {
+		if retryAfterDecides(t) {
+			return
+		}
+		if try == 5 {
+			t.Fatal("every first pass came after the grace: the check never ran")
+		}
+	}
+}
+
+// retryAfterDecides runs a repair pass into a leak's grace and another
+// after the wait it reports, and checks the second decides the leak. It
+// returns false, checking nothing, when the first pass came too late.
+func retryAfterDecides(t *testing.T) bool {
+	t.Helper()
 	c := newBoltCLI(t)
 	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
 	c.ok("ip", "allocate", "10.96.0.9", "--parent", "services/default/gone")
@@ -475,9 +492,8 @@ func TestRepairRetryAfterIsNeverEarly(t *testing.T) {
 	c.json(&rep, "repair", "--consumers", file, "--leak-grace", "1s", "--dry-run")
 	switch {
 	case len(rep.Events) == 1 && rep.Events[0].Kind == "Leak":
-		// The pass ran over 0.3s late: nothing left to wait for.
-		t.Logf("the first pass came after the grace, on a machine that slow: %+v", rep)
-		return
+		t.Logf("the first pass came after the grace: %+v", rep)
+		return false
 	case len(rep.Events) != 1 || rep.Events[0].Kind != "LeakPending":
 		t.Fatalf("first pass: %+v", rep)
 	}
@@ -491,6 +507,7 @@ func TestRepairRetryAfterIsNeverEarly(t *testing.T) {
 	if len(again.Events) != 1 || again.Events[0].Kind != "Leak" {
 		t.Errorf("retryAfter %q, waited that, ran again: %+v", rep.RetryAfter, again.Events)
 	}
+	return true
 }
 
 // The addresses holding a CIDR are listed up to 16; a longer list says that
