@@ -195,6 +195,10 @@ type pool struct {
 	// bits holds the used addresses of [first, last], offset by first,
 	// when the pool is dense (used.go); nil otherwise.
 	bits *bitmap.Bitmap
+	// alone: no other pool shares an address with this one, so an
+	// address chosen from it needs no search for the pools holding it
+	// (reindexPoolsLocked; false when unsure).
+	alone bool
 }
 
 func (p *pool) contains(x u128.U128) bool {
@@ -420,7 +424,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	if err != nil {
 		return rec, false, nil
 	}
-	a.addressChangedLocked(store.AddressPut, c.addr)
+	a.markChosenUsedLocked(c)
 	a.advanceLocked(rev)
 	return ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}, true, nil
 }
@@ -435,6 +439,7 @@ type request struct {
 type choice struct {
 	addr  netip.Addr
 	fence store.Fence
+	pl    *pool // the pool addr was chosen from, when known
 }
 
 // maxAttempts bounds the retries of one allocation after the store refused
@@ -818,7 +823,7 @@ func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr) (choice, e
 }
 
 func (l liveSource) choice(x u128.U128) choice {
-	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
+	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}, pl: l.pool}
 }
 
 // full is the choice of l when it has no free address: no address, only

@@ -73,6 +73,13 @@ func (a *Allocator) reindexPoolsLocked(f, from int) {
 		reach = append(reach, r)
 	}
 	a.reach[f] = reach
+	// A pool is alone when those before it all end before it starts and
+	// the next one starts after it ends (those after start later still).
+	// The one before from may have gained or lost a neighbour.
+	for i := max(from-1, 0); i < len(list); i++ {
+		pl := list[i]
+		pl.alone = (i == 0 || reach[i-1].Less(pl.first)) && (i == len(list)-1 || pl.last.Less(list[i+1].first))
+	}
 }
 
 // denseAtLocked returns a dense pool containing x, or nil.
@@ -89,6 +96,24 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	pools, dense := a.poolsHolding(fam, x)
+	a.markUsedInLocked(fam, x, pools, dense)
+}
+
+// markChosenUsedLocked is markUsedLocked for the address of c, which this
+// allocator chose and created: when it came from a pool that is alone,
+// that pool is the only one holding it.
+func (a *Allocator) markChosenUsedLocked(c choice) {
+	if c.pl == nil || !c.pl.alone {
+		a.markUsedLocked(c.addr)
+		return
+	}
+	one := [1]*pool{c.pl}
+	a.markUsedInLocked(c.pl.fam, u128.FromAddr(c.addr), one[:], c.pl.bits != nil)
+}
+
+// markUsedInLocked is markUsedLocked for x, of family fam, held by pools,
+// dense if one of them is.
+func (a *Allocator) markUsedInLocked(fam int, x u128.U128, pools []*pool, dense bool) {
 	added := false
 	for _, pl := range pools {
 		if pl.bits != nil && pl.bits.Set(x.Sub(pl.first).Lo) {
