@@ -161,6 +161,9 @@ type Allocator struct {
 	live      [2][]liveSource // pools live CIDRs serve, per family, deduplicated, oldest first (compareLive)
 	cands     []Candidate     // scratch for Policy, reused under mu
 	holding   []*pool         // scratch for poolsHolding, reused under mu
+	// lastAlone is, per family, the pool poolsHolding found last when it
+	// was alone, or nil; reset whenever the family's pools change.
+	lastAlone [2][1]*pool
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are
@@ -196,8 +199,8 @@ type pool struct {
 	// when the pool is dense (used.go); nil otherwise.
 	bits *bitmap.Bitmap
 	// alone: no other pool shares an address with this one, so an
-	// address chosen from it needs no search for the pools holding it
-	// (reindexPoolsLocked; false when unsure).
+	// address in it is in no other (reindexPoolsLocked; false when
+	// unsure).
 	alone bool
 }
 
@@ -424,7 +427,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	if err != nil {
 		return rec, false, nil
 	}
-	a.markChosenUsedLocked(c)
+	a.addressChangedLocked(store.AddressPut, c.addr)
 	a.advanceLocked(rev)
 	return ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}, true, nil
 }
@@ -439,7 +442,6 @@ type request struct {
 type choice struct {
 	addr  netip.Addr
 	fence store.Fence
-	pl    *pool // the pool addr was chosen from, when known
 }
 
 // maxAttempts bounds the retries of one allocation after the store refused
@@ -823,7 +825,7 @@ func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr) (choice, e
 }
 
 func (l liveSource) choice(x u128.U128) choice {
-	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}, pl: l.pool}
+	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
 // full is the choice of l when it has no free address: no address, only

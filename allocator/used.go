@@ -73,6 +73,8 @@ func (a *Allocator) reindexPoolsLocked(f, from int) {
 		reach = append(reach, r)
 	}
 	a.reach[f] = reach
+	// Whether a pool is alone may have changed, and the pool may be gone.
+	a.lastAlone[f] = [1]*pool{}
 	// A pool is alone when those before it all end before it starts and
 	// the next one starts after it ends (those after start later still).
 	// The one before from may have gained or lost a neighbour.
@@ -96,24 +98,6 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	pools, dense := a.poolsHolding(fam, x)
-	a.markUsedInLocked(fam, x, pools, dense)
-}
-
-// markChosenUsedLocked is markUsedLocked for the address of c, which this
-// allocator chose and created: when it came from a pool that is alone,
-// that pool is the only one holding it.
-func (a *Allocator) markChosenUsedLocked(c choice) {
-	if c.pl == nil || !c.pl.alone {
-		a.markUsedLocked(c.addr)
-		return
-	}
-	one := [1]*pool{c.pl}
-	a.markUsedInLocked(c.pl.fam, u128.FromAddr(c.addr), one[:], c.pl.bits != nil)
-}
-
-// markUsedInLocked is markUsedLocked for x, of family fam, held by pools,
-// dense if one of them is.
-func (a *Allocator) markUsedInLocked(fam int, x u128.U128, pools []*pool, dense bool) {
 	added := false
 	for _, pl := range pools {
 		if pl.bits != nil && pl.bits.Set(x.Sub(pl.first).Lo) {
@@ -142,6 +126,11 @@ func (a *Allocator) markUsedInLocked(fam int, x u128.U128, pools []*pool, dense 
 // until the next call, and whether one of them is dense. Collecting them
 // once saves the two updates of an address a second search.
 func (a *Allocator) poolsHolding(fam int, x u128.U128) (pools []*pool, dense bool) {
+	// Writes come in runs in one pool, mostly: the pool found last, if it
+	// is alone and holds x, is the only pool holding x.
+	if last := &a.lastAlone[fam]; last[0] != nil && last[0].contains(x) {
+		return last[:], last[0].bits != nil
+	}
 	pools = a.holding[:0]
 	list, reach := a.poolList[fam], a.reach[fam]
 	for i := a.startingBy(fam, x) - 1; i >= 0 && !reach[i].Less(x); i-- {
@@ -151,6 +140,9 @@ func (a *Allocator) poolsHolding(fam int, x u128.U128) (pools []*pool, dense boo
 		}
 	}
 	a.holding = pools
+	if len(pools) == 1 && pools[0].alone {
+		a.lastAlone[fam][0] = pools[0]
+	}
 	return pools, dense
 }
 
