@@ -94,6 +94,14 @@ func encodeCIDR(c cidrset.CIDR) []byte {
 }
 
 // decodeCIDR decodes a CIDR value. It sets neither Name nor Revision.
+//
+// It takes only what encodeCIDR writes, byte for byte: anything else was
+// written by no version of this store (edited by hand, tampered with),
+// and reading it as something close would serve prefixes nobody stored.
+// The prefixes are read as they are, never masked: this store takes any
+// valid prefix (store.CheckCIDR), so one with host bits, an IPv4-mapped
+// one, several of a family, or none at all, is read back as it was
+// written; refusing those is cidrset.Validate's part, before a store.
 func decodeCIDR(b []byte) (cidrset.CIDR, error) {
 	var v cidrValue
 	if err := unmarshal(b, &v); err != nil {
@@ -108,9 +116,39 @@ func decodeCIDR(b []byte) (cidrset.CIDR, error) {
 		if err != nil {
 			return cidrset.CIDR{}, err
 		}
+		// netip parses forms it never prints ("2001:DB8::/32"); reading
+		// one would store another prefix text at the next write.
+		if p.String() != s {
+			return cidrset.CIDR{}, fmt.Errorf("prefix %q is not in the form this store writes, %q", s, p)
+		}
 		c.Prefixes = append(c.Prefixes, p)
 	}
+	// encoding/json reads much that json.Marshal never writes: unknown,
+	// repeated or differently cased keys, null, "terminating":false,
+	// escapes, spaces.
+	if err := asWritten(b, encodeCIDR(c)); err != nil {
+		return cidrset.CIDR{}, err
+	}
 	return c, nil
+}
+
+// asWritten returns nil if b is want, the value this store writes for
+// what b decoded to, and otherwise an error showing where they part.
+func asWritten(b, want []byte) error {
+	if bytes.Equal(b, want) {
+		return nil
+	}
+	i := 0
+	for i < len(b) && i < len(want) && b[i] == want[i] {
+		i++
+	}
+	excerpt := func(b []byte) string {
+		if len(b) > 24 {
+			return string(b[:24]) + "..."
+		}
+		return string(b)
+	}
+	return fmt.Errorf("value is not as this store writes it: from byte %d, %q where it writes %q", i, excerpt(b[i:]), excerpt(want[i:]))
 }
 
 // encodeRecord returns the value stored for r: what encoding/json writes for

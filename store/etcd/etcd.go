@@ -30,7 +30,11 @@
 // transaction that created it, or of the ReplaceAddressAt that gave it to
 // its owner (nothing else writes a record's key). A key or value
 // this package cannot decode (garbage, a "v" it does not know) is reported
-// as a *CorruptError naming the key, which matches store.ErrCorrupt.
+// as a *CorruptError naming the key, which matches store.ErrCorrupt. So is
+// a CIDR value that is not byte for byte what this package writes for what
+// it holds (spaces, unknown or repeated keys, a prefix spelled otherwise
+// than netip prints it): no version of it wrote one, and it is not read as
+// the CIDR it resembles. Prefixes are read as written, never masked.
 //
 // # Layout versions
 //

@@ -31,6 +31,9 @@ func FuzzCIDRValue(f *testing.F) {
 	f.Add([]byte(`{"v":1,"prefixes":["10.0.0.1/33"]}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`garbage`))
+	f.Add([]byte(`{"v":1,"prefixes":["10.0.0.1/24","::ffff:10.0.0.0/104","10.0.0.1/24"],"created":0}`))
+	f.Add([]byte(`{"v":1,"prefixes":["2001:DB8::/32"],"terminating":false,"created":-0,"x":null}`))
+	f.Add([]byte(`{"V":1,"prefixes":["10.0.0.0\/8"],"prefixes":[],"created":0} `))
 	const key = "/p/v1/cidrs/x"
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := cidrFromKV(key, "x", b, 7)
@@ -42,6 +45,11 @@ func FuzzCIDRValue(f *testing.F) {
 			t.Fatalf("decoded %+v", c)
 		}
 		enc := encodeCIDR(c)
+		// What is read is what was written: a value the store would write
+		// otherwise is no value it wrote, and must be refused.
+		if !bytes.Equal(enc, b) {
+			t.Fatalf("%q read as %+v, which is stored as %s", b, c, enc)
+		}
 		again, err := cidrFromKV(key, "x", enc, 7)
 		if err != nil {
 			t.Fatalf("re-decoding %s: %v", enc, err)
