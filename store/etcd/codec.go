@@ -201,10 +201,11 @@ func plainJSON(s string) bool {
 }
 
 // decodePlainRecord decodes a record value in exactly the form encodeRecord
-// builds directly: those fields in that order, strings of printable ASCII
-// with no escapes, no spaces. ok is false for anything else, which
+// builds directly: those fields in that order, group and namespace only
+// when not empty, strings of the bytes plainJSON passes, the creation time
+// in its shortest form, no spaces. ok is false for anything else, which
 // encoding/json decodes instead; for what it accepts, the result is
-// json.Unmarshal's.
+// json.Unmarshal's, and encodeRecordVersion writes it back as it was.
 func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 	lit := func(l string) bool {
 		if len(b) < len(l) || string(b[:len(l)]) != l {
@@ -220,7 +221,9 @@ func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 				b = b[i+1:]
 				return s, true
 			}
-			if c < 0x20 || c > 0x7e || c == '\\' {
+			// json.Marshal escapes '<', '>' and '&': left to the
+			// check that the value is as the store writes it.
+			if c < 0x20 || c > 0x7e || c == '\\' || c == '<' || c == '>' || c == '&' {
 				return "", false
 			}
 		}
@@ -230,8 +233,9 @@ func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 		return v, false
 	}
 	v.V, b = int(b[0]-'0'), b[1:]
+	// An empty group or namespace is left out, never written as "".
 	if lit(`,"group":"`) {
-		if v.Group, ok = str(); !ok {
+		if v.Group, ok = str(); !ok || v.Group == "" {
 			return v, false
 		}
 	}
@@ -242,7 +246,7 @@ func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 		return v, false
 	}
 	if lit(`,"namespace":"`) {
-		if v.Namespace, ok = str(); !ok {
+		if v.Namespace, ok = str(); !ok || v.Namespace == "" {
 			return v, false
 		}
 	}
@@ -257,8 +261,8 @@ func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 	if len(digits) > 0 && digits[0] == '-' {
 		digits = digits[1:]
 	}
-	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
-		return v, false // not a JSON number, or not the shortest form
+	if len(digits) == 0 || (digits[0] == '0' && len(num) > 1) {
+		return v, false // not a JSON number, or not the shortest form ("-0")
 	}
 	for _, c := range digits {
 		if c < '0' || c > '9' {
@@ -273,11 +277,14 @@ func decodePlainRecord(b []byte) (v recordValue, ok bool) {
 	return v, true
 }
 
-// decodeRecord decodes a record value of either version and returns the
-// version too. It sets neither Addr nor Revision.
+// decodeRecord decodes a record value of any version and returns the
+// version too. It sets neither Addr nor Revision. Like decodeCIDR, it takes
+// only what this store writes (encodeRecordVersion, byte for byte): in
+// particular encoding/json would read bytes that are not UTF-8 as U+FFFD,
+// an owner no record was created for.
 func decodeRecord(b []byte) (ipaddress.IPAddress, int, error) {
-	v, ok := decodePlainRecord(b)
-	if !ok {
+	v, plain := decodePlainRecord(b)
+	if !plain {
 		v = recordValue{}
 		if err := unmarshal(b, &v); err != nil {
 			return ipaddress.IPAddress{}, 0, err
@@ -286,10 +293,19 @@ func decodeRecord(b []byte) (ipaddress.IPAddress, int, error) {
 	if v.V != recordVersion && v.V != legacyRecordVersion && v.V != replacedRecordVersion {
 		return ipaddress.IPAddress{}, 0, fmt.Errorf("value version %d, want %d, %d or %d", v.V, legacyRecordVersion, recordVersion, replacedRecordVersion)
 	}
-	return ipaddress.IPAddress{
+	r := ipaddress.IPAddress{
 		Parent:  ipaddress.ParentRef{Group: v.Group, Resource: v.Resource, Namespace: v.Namespace, Name: v.Name},
 		Created: time.Unix(0, v.Created),
-	}, v.V, nil
+	}
+	// decodePlainRecord takes only values as this store writes them; the
+	// others pay an encoding to be checked, which the plain ones (nearly
+	// every record, read on every watch event) do not.
+	if !plain {
+		if err := asWritten(b, encodeRecordVersion(r, v.V)); err != nil {
+			return ipaddress.IPAddress{}, 0, err
+		}
+	}
+	return r, v.V, nil
 }
 
 // unmarshal decodes one JSON object and nothing after it.

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/netipam/netipam/ipaddress"
 )
 
 // TestDecodeCIDRRefusesWhatItNeverWrites: a CIDR value that encodeCIDR
@@ -86,6 +88,83 @@ func TestDecodeCIDRKeepsWhatItWrites(t *testing.T) {
 			}
 			if enc := encodeCIDR(c); !bytes.Equal(enc, []byte(tc.value)) {
 				t.Errorf("read as %+v, stored again as %s", c, enc)
+			}
+		})
+	}
+}
+
+// TestDecodeRecordRefusesWhatItNeverWrites: a record value that
+// encodeRecordVersion writes for no record is a *CorruptError naming the
+// key, whichever decoder, the fast or encoding/json, meets it.
+func TestDecodeRecordRefusesWhatItNeverWrites(t *testing.T) {
+	const key = "/p/v1/ips/4/0a000001"
+	a := netip.MustParseAddr("10.0.0.1")
+	for _, tc := range []struct{ name, value string }{
+		// Refused before as well.
+		{"not JSON", "[]"},
+		{"empty", ""},
+		{"version 0", `{"v":0,"resource":"services","name":"a","created":1}`},
+		{"version 4", `{"v":4,"resource":"services","name":"a","created":1}`},
+		{"created past int64", `{"v":2,"resource":"services","name":"a","created":9223372036854775808}`},
+		{"created not an integer", `{"v":2,"resource":"services","name":"a","created":1.5}`},
+		{"created with a leading zero", `{"v":2,"resource":"services","name":"a","created":01}`},
+		// JSON that encoding/json reads and json.Marshal never writes.
+		{"space inside", `{"v":2, "resource":"services","name":"a","created":1}`},
+		{"newline after", "{\"v\":2,\"resource\":\"services\",\"name\":\"a\",\"created\":1}\n"},
+		{"unknown field", `{"v":2,"resource":"services","name":"a","created":1,"uid":"u"}`},
+		{"repeated key", `{"v":2,"resource":"services","name":"a","name":"b","created":1}`},
+		{"key in upper case", `{"v":2,"Resource":"services","name":"a","created":1}`},
+		{"keys out of order", `{"v":2,"name":"a","resource":"services","created":1}`},
+		{"no created", `{"v":2,"resource":"services","name":"a"}`},
+		{"no name", `{"v":2,"resource":"services","created":1}`},
+		{"null name", `{"v":2,"resource":"services","name":null,"created":1}`},
+		{"empty group", `{"v":2,"group":"","resource":"services","name":"a","created":1}`},
+		{"empty namespace", `{"v":2,"resource":"services","namespace":"","name":"a","created":1}`},
+		{"created -0", `{"v":2,"resource":"services","name":"a","created":-0}`},
+		{"< unescaped", `{"v":2,"resource":"services","name":"a<b","created":1}`},
+		{"& unescaped", `{"v":1,"group":"a&b","resource":"services","name":"a","created":1}`},
+		{"escape not needed", `{"v":2,"resource":"services","name":"\u0061","created":1}`},
+		{"escaped slash", `{"v":2,"resource":"services","name":"a\/b","created":1}`},
+		{"escape in upper case", `{"v":2,"resource":"services","name":"a\u003Cb","created":1}`},
+		{"U+2028 unescaped", "{\"v\":2,\"resource\":\"services\",\"name\":\"a\u2028\",\"created\":1}"},
+		{"not UTF-8", "{\"v\":2,\"resource\":\"services\",\"name\":\"a\xff\",\"created\":1}"},
+		{"U+FFFD escaped", `{"v":2,"resource":"services","name":"a\ufffd","created":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, v, err := recordVersionFromKV(key, a, []byte(tc.value), 9)
+			if err == nil {
+				t.Fatalf("%q read as %+v, which is stored as %s", tc.value, r, encodeRecordVersion(r, v))
+			}
+			checkCorrupt(t, err, key)
+		})
+	}
+}
+
+// TestDecodeRecordKeepsWhatItWrites: a record of any version, with any
+// owner CreateAddresses takes (valid UTF-8, fields possibly empty), reads
+// back as written and is stored again as the same bytes.
+func TestDecodeRecordKeepsWhatItWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		version     int
+		owner       ipaddress.ParentRef
+	}{
+		{"layout 2", `{"v":2,"resource":"services","namespace":"default","name":"kubernetes","created":5}`, recordVersion, ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"}},
+		{"layout 1", `{"v":1,"group":"example.com","resource":"widgets","name":"w/1%","created":-1}`, legacyRecordVersion, ipaddress.ParentRef{Group: "example.com", Resource: "widgets", Name: "w/1%"}},
+		{"replaced", `{"v":3,"resource":"services","name":"a","created":0}`, replacedRecordVersion, ipaddress.ParentRef{Resource: "services", Name: "a"}},
+		{"escaped as json.Marshal does", `{"v":2,"group":"\u003cg\u003e","resource":"a\u0026b","namespace":"\"q\"","name":"\\\u2028é\u0001","created":9223372036854775807}`, recordVersion, ipaddress.ParentRef{Group: "<g>", Resource: "a&b", Namespace: `"q"`, Name: "\\\u2028é\x01"}},
+		{"empty owner", `{"v":2,"resource":"","name":"","created":-9223372036854775808}`, recordVersion, ipaddress.ParentRef{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, v, err := recordVersionFromKV("/p/v1/ips/4/0a000001", netip.MustParseAddr("10.0.0.1"), []byte(tc.value), 9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Parent != tc.owner || v != tc.version {
+				t.Errorf("read %+v v%d, want owner %+v v%d", r, v, tc.owner, tc.version)
+			}
+			if enc := encodeRecordVersion(r, v); !bytes.Equal(enc, []byte(tc.value)) {
+				t.Errorf("read as %+v, stored again as %s", r, enc)
 			}
 		})
 	}

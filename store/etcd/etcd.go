@@ -31,10 +31,11 @@
 // its owner (nothing else writes a record's key). A key or value
 // this package cannot decode (garbage, a "v" it does not know) is reported
 // as a *CorruptError naming the key, which matches store.ErrCorrupt. So is
-// a CIDR value that is not byte for byte what this package writes for what
-// it holds (spaces, unknown or repeated keys, a prefix spelled otherwise
-// than netip prints it): no version of it wrote one, and it is not read as
-// the CIDR it resembles. Prefixes are read as written, never masked.
+// a value that is not byte for byte what this package writes for what it
+// holds (spaces, unknown or repeated keys, an escape json.Marshal does not
+// write, bytes that are not UTF-8, a prefix spelled otherwise than netip
+// prints it): no version of it wrote one, and it is not read as the CIDR
+// or record it resembles. Prefixes are read as written, never masked.
 //
 // # Layout versions
 //

@@ -86,6 +86,8 @@ func FuzzRecordValue(f *testing.F) {
 	f.Add([]byte(`{"v":4,"resource":"services","name":"a","created":1}`))
 	f.Add([]byte(`{"v":2,"resource":"services","name":"a<b>","created":012}`))
 	f.Add([]byte(`{"v":1,"group":"g","resource":"r","namespace":"n","name":"x","created":9223372036854775808}`))
+	f.Add([]byte(`{"v":3,"group":"","resource":"a&b","namespace":"","name":"\u0061\/","created":-0}`))
+	f.Add([]byte("{\"v\":2,\"resource\":\"\xff\",\"name\":\"\u2028\",\"created\":1,\"Name\":null} "))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// The fast path decodes what json.Unmarshal decodes, the same way.
 		if v, ok := decodePlainRecord(b); ok {
@@ -94,13 +96,17 @@ func FuzzRecordValue(f *testing.F) {
 				t.Fatalf("%q: fast path %+v, json %+v (%v)", b, v, w, err)
 			}
 		}
-		r, err := recordFromKV(key, a, b, 9)
+		r, version, err := recordVersionFromKV(key, a, b, 9)
 		if err != nil {
 			checkCorrupt(t, err, key)
 			return
 		}
 		if r.Addr != a || r.Revision != 9 {
 			t.Fatalf("decoded %+v", r)
+		}
+		// What is read is what was written, in its version.
+		if enc := encodeRecordVersion(r, version); !bytes.Equal(enc, b) {
+			t.Fatalf("%q read as %+v v%d, which is stored as %s", b, r, version, enc)
 		}
 		enc := encodeRecord(r)
 		// Built directly or not, the encoding is encoding/json's.
