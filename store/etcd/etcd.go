@@ -231,13 +231,15 @@ func WithPageSize(n int64) Option {
 	}
 }
 
-// WithErrorHandler receives the errors a watch meets after Watch returned,
-// which it cannot return: failed re-lists (it retries with backoff) and keys
-// or values it cannot decode (*CorruptError). A value that cannot be decoded
-// does not stop the watch: an address is still delivered (its key is the
-// address), with a zero Parent; a CIDR is delivered as deleted, so it serves
+// WithErrorHandler receives the errors a watch meets and does not return:
+// failed re-lists (it retries with backoff) and keys or values it cannot
+// decode (*CorruptError), also those of the snapshot Watch reads before it
+// returns. A value that cannot be decoded does not stop the watch: an
+// address is still delivered (its key is the address), with a zero Parent;
+// a CIDR is left out of a snapshot, or delivered as deleted, so it serves
 // nothing until it is repaired. The handler is called from the watch's
-// goroutine and must not block. By default errors are dropped.
+// goroutine, or from Watch itself for its first snapshot, and must not
+// block. By default errors are dropped.
 func WithErrorHandler(fn func(error)) Option { return func(s *Store) { s.onError = fn } }
 
 // Store is a store.Store in etcd. It is safe for concurrent use, by any

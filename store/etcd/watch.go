@@ -22,16 +22,23 @@ const (
 )
 
 // Watch implements store.Store. It delivers the first snapshot before it
-// returns, and fails if that snapshot cannot be read or holds a key or value
-// it cannot decode. After that, one goroutine per call applies the changes
-// in revision order, and re-lists and Resets after a compacted, canceled or
-// broken watch, until ctx ends or the store is closed.
+// returns, and fails if that snapshot cannot be read. After that, one
+// goroutine per call applies the changes in revision order, and re-lists
+// and Resets after a compacted, canceled or broken watch, until ctx ends or
+// the store is closed.
+//
+// A key or value it cannot decode is reported to the error handler
+// (*CorruptError), in the first snapshot as in every later one and in
+// events, and the watch goes on: a CIDR it cannot read is left out, so it
+// serves nothing until repaired; an address record's value is never read
+// for a snapshot (the key is the address). One corrupt CIDR thus keeps no
+// allocator from starting, as one corrupt record never did.
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
 	defer s.end()
-	snap, err := s.snapshot(ctx, nil)
+	snap, err := s.snapshot(ctx, s.report)
 	if err != nil {
 		return err
 	}
