@@ -115,8 +115,9 @@ func overTLS(ep string, tlsFlags bool) bool {
 }
 
 // openEtcd connects to the etcd endpoints (host:port or URLs) and returns
-// the store over them; closing the store closes the client.
-func openEtcd(ctx context.Context, spec *etcdSpec, log *slog.Logger) (store.Store, error) {
+// the store over them; closing the store closes the client. warn receives
+// the keys the store's watch cannot read and leaves out.
+func openEtcd(ctx context.Context, spec *etcdSpec, log *slog.Logger, warn func(error)) (store.Store, error) {
 	log.Debug("connecting to etcd", "endpoints", spec.endpoints, "tls", spec.tls != nil, "user", spec.user)
 	cfg := clientv3.Config{
 		Endpoints: spec.endpoints,
@@ -128,7 +129,7 @@ func openEtcd(ctx context.Context, spec *etcdSpec, log *slog.Logger) (store.Stor
 	if err != nil {
 		return nil, err
 	}
-	opts := []etcd.Option{etcd.WithCloseClient()}
+	opts := []etcd.Option{etcd.WithCloseClient(), etcd.WithErrorHandler(warn)}
 	if spec.prefix != "" {
 		opts = append(opts, etcd.WithPrefix(spec.prefix))
 	}

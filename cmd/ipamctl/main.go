@@ -46,6 +46,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/netipam/netipam/admission"
@@ -219,6 +220,7 @@ type env struct {
 	out    format
 	stdin  io.Reader
 	stdout io.Writer
+	stderr io.Writer // shared with log, under one lock (lockedWriter)
 	log    *slog.Logger
 	now    time.Time
 	a      *allocator.Allocator
@@ -343,6 +345,9 @@ func parseLine(argv []string, stdin io.Reader, stdout, stderr io.Writer) (*invoc
 			return nil, usageErrorf("--timeout %q: must be a positive duration such as 30s", s)
 		}
 	}
+	// The store's watch reports what it skips from its own goroutine,
+	// while -v logs from this one.
+	stderr = &lockedWriter{w: stderr}
 	log := slog.New(slog.DiscardHandler)
 	if cl.has("v") {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -362,7 +367,7 @@ func parseLine(argv []string, stdin io.Reader, stdout, stderr io.Writer) (*invoc
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cl: cl, out: out, stdin: stdin, stdout: stdout, log: log, now: time.Now(), readOnly: cmd.readOnly}
+	e := &env{cl: cl, out: out, stdin: stdin, stdout: stdout, stderr: stderr, log: log, now: time.Now(), readOnly: cmd.readOnly}
 	if cmd.parse != nil {
 		if err := cmd.parse(e); err != nil {
 			return nil, err
@@ -379,7 +384,7 @@ func runCmd(e *env, cmd command, spec storeSpec) error {
 			return err
 		}
 	}
-	st, err := openStore(e.ctx, spec, e.log, e.readOnly)
+	st, err := openStore(e.ctx, spec, e.log, e.readOnly, e.warn)
 	if err != nil {
 		return err
 	}
@@ -433,10 +438,30 @@ func parseStoreFlags(cl cmdline) (storeSpec, error) {
 	return spec, nil
 }
 
-// openStore opens the bbolt file or connects to etcd.
-func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, readOnly bool) (store.Store, error) {
+// warn tells the user of a problem the command went on past: a value
+// in etcd that cannot be read (whose CIDR is then left out), a failed
+// re-list. Always, not only with -v: a listing short of a CIDR must say so.
+func (e *env) warn(err error) {
+	fmt.Fprintf(e.stderr, "ipamctl: warning: %v\n", err)
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// openStore opens the bbolt file or connects to etcd; warn receives what
+// an etcd store's watch skips.
+func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, readOnly bool, warn func(error)) (store.Store, error) {
 	if spec.etcd != nil {
-		return openEtcd(ctx, spec.etcd, log)
+		return openEtcd(ctx, spec.etcd, log, warn)
 	}
 	path := spec.path
 	opts := []bolt.Option{bolt.WithLockTimeout(spec.lockTimeout)}
