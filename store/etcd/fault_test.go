@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type faultStats struct {
 	cidrsBlocked, cidrErrs             atomic.Int64
 	fromExtra                          atomic.Int64
 	ownerChecks, ownerErrs             atomic.Int64
+	ownerUnknown                       atomic.Int64 // records of failed attempts that committed after all
 	firstErrMu                         sync.Mutex
 	firstErrs                          map[string]int
 	memberDown                         atomic.Bool
@@ -182,10 +184,8 @@ func TestFaultMemberLoss(t *testing.T) {
 	close(churnStop)
 	<-churnDone
 	<-faultDone
-	if t.Failed() {
-		return
-	}
 
+	// Logged whatever the outcome: a failure is read with them.
 	t.Logf("%d AllocateNext+Release cycles by %d goroutines in %v (%.0f cycles/s); %d addresses kept",
 		ops, instances*workers, elapsed.Round(time.Millisecond), float64(ops)/elapsed.Seconds(), st.kept.Load())
 	t.Logf("stopped %s after %d cycles for %v, restarted after %d", st.stopped, st.stoppedAtOps.Load(), st.downFor.Round(time.Millisecond), st.restartedAtOps.Load())
@@ -197,9 +197,12 @@ func TestFaultMemberLoss(t *testing.T) {
 		st.allocErrs.Load(), st.allocErrsDown.Load(), st.releaseErrs.Load(), st.releaseErrsDown.Load(), readBacks)
 	t.Logf("CIDRs: %d extra created, %d removed, %d deletions left terminating, %d churn errors; %d allocations came from extra CIDRs",
 		st.cidrsCreated.Load(), st.cidrsDeleted.Load(), st.cidrsBlocked.Load(), st.cidrErrs.Load(), st.fromExtra.Load())
-	t.Logf("owner index: %d AddressesOf checks on another instance, %d errors (retried)", st.ownerChecks.Load(), st.ownerErrs.Load())
+	t.Logf("owner index: %d AddressesOf checks on another instance, %d errors (retried); %d records of attempts reported failed found beside the handed one", st.ownerChecks.Load(), st.ownerErrs.Load(), st.ownerUnknown.Load())
 	for msg, n := range st.firstErrs {
 		t.Logf("  %dx %s", n, msg)
+	}
+	if t.Failed() {
+		return
 	}
 
 	checkFaultEnd(t, ctx, c, admin, stores, &held)
@@ -213,6 +216,7 @@ func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, othe
 	for n := 0; remaining.Add(-1) >= 0; n++ {
 		owner := ipaddress.ParentRef{Resource: "services", Namespace: fmt.Sprintf("i%d", inst), Name: fmt.Sprintf("w%d-%d", g, n)}
 		var rec ipaddress.IPAddress
+		var failed []error // this owner's failed attempts, for a failure's message
 		deadline := time.Now().Add(time.Minute)
 		for {
 			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -222,6 +226,7 @@ func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, othe
 				rec = r
 				break
 			}
+			failed = append(failed, err)
 			st.allocErrs.Add(1)
 			if st.memberDown.Load() {
 				st.allocErrsDown.Add(1)
@@ -241,7 +246,7 @@ func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, othe
 			st.fromExtra.Add(1)
 		}
 		st.allocs.Add(1)
-		if n%10 == 0 && !checkOwnerIndex(t, ctx, other, rec, deadline, st) {
+		if n%10 == 0 && !checkOwnerIndex(t, ctx, other, rec, failed, deadline, st) {
 			return
 		}
 		if n%keepEvery == keepEvery-1 {
@@ -275,17 +280,26 @@ func faultWorker(t *testing.T, ctx context.Context, a *allocator.Allocator, othe
 	}
 }
 
-// checkOwnerIndex checks that other's AddressesOf shows exactly rec for its
-// owner (owners are unique per cycle), retrying errors until deadline.
-func checkOwnerIndex(t *testing.T, ctx context.Context, other *Store, rec ipaddress.IPAddress, deadline time.Time, st *faultStats) bool {
+// checkOwnerIndex checks that other's AddressesOf shows rec for its owner
+// (owners are unique per cycle), retrying errors until deadline, and no
+// other record, but for one per failed attempt: a create whose answer was
+// lost may commit after the read-back found nothing (see CreateAddresses),
+// as the end's count of records nobody was told of allows too.
+func checkOwnerIndex(t *testing.T, ctx context.Context, other *Store, rec ipaddress.IPAddress, failed []error, deadline time.Time, st *faultStats) bool {
 	st.ownerChecks.Add(1)
 	for {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		recs, err := other.AddressesOf(octx, rec.Parent)
 		cancel()
 		if err == nil {
-			if len(recs) != 1 || recs[0].Addr != rec.Addr || recs[0].Parent != rec.Parent || recs[0].Revision != rec.Revision || !recs[0].Created.Equal(rec.Created) {
-				t.Errorf("another instance's AddressesOf(%v) = %+v right after it was handed %+v", rec.Parent, recs, rec)
+			handed := slices.IndexFunc(recs, func(r ipaddress.IPAddress) bool {
+				return r.Addr == rec.Addr && r.Parent == rec.Parent && r.Revision == rec.Revision && r.Created.Equal(rec.Created)
+			})
+			if extra := len(recs) - 1; extra > 0 && handed >= 0 && extra <= len(failed) {
+				st.ownerUnknown.Add(int64(extra))
+			}
+			if handed < 0 || len(recs)-1 > len(failed) {
+				t.Errorf("another instance's AddressesOf(%v) = %+v right after it was handed %+v, after %d failed attempts: %v", rec.Parent, recs, rec, len(failed), failed)
 				return false
 			}
 			return true
