@@ -59,6 +59,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -352,6 +353,12 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]
 			rev, err := readMetaRevision(tx)
 			if err != nil {
 				return err
+			}
+			if rev == math.MaxInt64 {
+				// The next revision would wrap to one the decoders refuse,
+				// leaving a file that no longer opens. No store writes
+				// that often: the counter was damaged.
+				return corruptAt(bucketMeta, keyRevision, corrupt("revision %d leaves none for a write", rev))
 			}
 			rev++
 			if evs, err = fn(tx, rev); err != nil {
