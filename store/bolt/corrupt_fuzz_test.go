@@ -3,8 +3,10 @@ package bolt_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"maps"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -158,4 +160,83 @@ func ownerKey(p ipaddress.ParentRef, akey []byte) []byte {
 		b = append(b, s...)
 	}
 	return append(b, akey...)
+}
+
+// FuzzCorruptMeta: whatever bytes the meta bucket holds as the format
+// version and the revision counter, Open either refuses the file, with an
+// error matching store.ErrCorrupt or ErrFormatVersion, and changes
+// nothing; or opens it, and then a write either fails, matching
+// store.ErrCorrupt, and changes nothing, or is made at the revision after
+// the counter's and leaves a file that opens again. FuzzDecodeRevision and
+// FuzzDecodeFormatVersion check the decoders alone, which cannot see what
+// a write then does with the value.
+func FuzzCorruptMeta(f *testing.F) {
+	rev := func(r uint64) []byte { return binary.BigEndian.AppendUint64(nil, r) }
+	f.Add([]byte{1}, rev(0))
+	f.Add([]byte{1}, rev(41))
+	f.Add([]byte{1}, rev(math.MaxInt64-1))
+	f.Add([]byte{1}, rev(1<<63))
+	f.Add([]byte{2}, rev(3))
+	f.Add([]byte{1, 1}, rev(3))
+	f.Add([]byte{}, []byte{1, 2})
+
+	f.Fuzz(func(t *testing.T, version, revision []byte) {
+		ctx := ctxT(t)
+		path := tempPath(t)
+		st, err := bolt.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create(t, st, "10.0.0.7", svc("default", "a"))
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rawPut(t, path, []byte("meta"), []byte("version"), version)
+		rawPut(t, path, []byte("meta"), []byte("revision"), revision)
+		before := rawDump(t, path)
+
+		st, err = bolt.Open(path)
+		if err != nil {
+			if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, bolt.ErrFormatVersion) {
+				t.Fatalf("version %x, revision %x: Open: %v, want ErrCorrupt or ErrFormatVersion", version, revision, err)
+			}
+			if !maps.Equal(before, rawDump(t, path)) {
+				t.Fatalf("version %x, revision %x: Open failed (%v) and changed the file", version, revision, err)
+			}
+			return
+		}
+		if !bytes.Equal(version, []byte{1}) || len(revision) != 8 {
+			st.Close()
+			t.Fatalf("Open took version %x, revision %x", version, revision)
+		}
+		counter := binary.BigEndian.Uint64(revision)
+		if got, err := st.Revision(ctx); err != nil || uint64(got) != counter {
+			st.Close()
+			t.Fatalf("revision %x: Revision = %d, %v", revision, got, err)
+		}
+		recs, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.8"), Parent: svc("default", "b")}})
+		if cerr := st.Close(); cerr != nil {
+			t.Fatal(cerr)
+		}
+		if err != nil {
+			if !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("revision %x: CreateAddresses: %v, want ErrCorrupt", revision, err)
+			}
+			if !maps.Equal(before, rawDump(t, path)) {
+				t.Fatalf("revision %x: CreateAddresses failed (%v) and changed the file", revision, err)
+			}
+			return
+		}
+		if recs[0].Revision < 1 || uint64(recs[0].Revision) != counter+1 { // in uint64, a wrap to MinInt64 is counter+1 too
+			t.Fatalf("revision %x: the write was made at revision %d", revision, recs[0].Revision)
+		}
+		st, err = bolt.Open(path)
+		if err != nil {
+			t.Fatalf("revision %x: the write at %d left a file that does not open: %v", revision, recs[0].Revision, err)
+		}
+		defer st.Close()
+		if got, err := st.GetAddress(ctx, ip("10.0.0.8")); err != nil || got.Revision != recs[0].Revision || got.Parent != recs[0].Parent {
+			t.Fatalf("revision %x: wrote %+v, read back %+v, %v", revision, recs[0], got, err)
+		}
+	})
 }
