@@ -804,13 +804,22 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 	if rep.DryRun {
 		mode = " (dry run: nothing changed)"
 	}
+	records, consumers, findings := counted(rep.Records, "record"), counted(rep.Consumers, "consumer"), counted(len(rep.Events), "finding")
 	if complete {
-		fmt.Fprintf(e.stdout, "checked %d records and %d consumers: %d findings%s\n", rep.Records, rep.Consumers, len(rep.Events), mode)
+		fmt.Fprintf(e.stdout, "checked %s and %s: %s%s\n", records, consumers, findings, mode)
 	} else {
-		fmt.Fprintf(e.stdout, "pass cut short: %d findings until then, not all of the %d records and %d consumers checked%s\n", len(rep.Events), rep.Records, rep.Consumers, mode)
+		fmt.Fprintf(e.stdout, "pass cut short: %s until then, not all of the %s and %s checked%s\n", findings, records, consumers, mode)
 	}
 	if rep.RetryAfter > 0 {
 		fmt.Fprintf(e.stdout, "some records are younger than the leak grace: run again in %s\n", out.RetryAfter)
 	}
 	return nil
+}
+
+// counted writes n things: "1 record", "2 records", "0 records".
+func counted(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

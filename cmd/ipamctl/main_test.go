@@ -871,3 +871,18 @@ func TestAnInvalidCIDRNameIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 		}
 	}
 }
+
+// Repair's summary counts one of a thing in the singular.
+func TestRepairSummaryCountsOneInTheSingular(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	c.ok("ip", "allocate", "10.96.0.9", "--parent", "services/default/gone")
+	file := filepath.Join(t.TempDir(), "consumers.json")
+	if err := os.WriteFile(file, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := c.ok("repair", "--consumers", file, "--leak-grace", "1h", "--dry-run")
+	if want := "checked 1 record and 0 consumers: 1 finding (dry run"; !strings.Contains(out, want) {
+		t.Errorf("repair says:\n%s\nwant %q", out, want)
+	}
+}
