@@ -480,13 +480,7 @@ func TestRepairRetryAfterIsNeverEarly(t *testing.T) {
 // returns false, checking nothing, when the first pass came too late.
 func retryAfterDecides(t *testing.T) bool {
 	t.Helper()
-	c := newBoltCLI(t)
-	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
-	c.ok("ip", "allocate", "10.96.0.9", "--parent", "services/default/gone")
-	file := filepath.Join(t.TempDir(), "consumers.json")
-	if err := os.WriteFile(file, []byte("[]"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c, file := oneLeak(t)
 	time.Sleep(700 * time.Millisecond) // into the 1s grace, past its half
 	var rep repairReport
 	c.json(&rep, "repair", "--consumers", file, "--leak-grace", "1s", "--dry-run")
@@ -874,6 +868,18 @@ func TestAnInvalidCIDRNameIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 
 // Repair's summary counts one of a thing in the singular.
 func TestRepairSummaryCountsOneInTheSingular(t *testing.T) {
+	c, file := oneLeak(t)
+	out := c.ok("repair", "--consumers", file, "--leak-grace", "1h", "--dry-run")
+	if want := "checked 1 record and 0 consumers: 1 finding (dry run"; !strings.Contains(out, want) {
+		t.Errorf("repair says:\n%s\nwant %q", out, want)
+	}
+}
+
+// oneLeak returns a store holding one record, 10.96.0.9 of
+// services/default/gone, and a consumers file naming no consumer: to
+// repair, a leak.
+func oneLeak(t *testing.T) (*cli, string) {
+	t.Helper()
 	c := newBoltCLI(t)
 	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
 	c.ok("ip", "allocate", "10.96.0.9", "--parent", "services/default/gone")
@@ -881,8 +887,5 @@ func TestRepairSummaryCountsOneInTheSingular(t *testing.T) {
 	if err := os.WriteFile(file, []byte("[]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out := c.ok("repair", "--consumers", file, "--leak-grace", "1h", "--dry-run")
-	if want := "checked 1 record and 0 consumers: 1 finding (dry run"; !strings.Contains(out, want) {
-		t.Errorf("repair says:\n%s\nwant %q", out, want)
-	}
+	return c, file
 }

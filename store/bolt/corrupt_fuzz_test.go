@@ -182,20 +182,12 @@ func FuzzCorruptMeta(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, version, revision []byte) {
 		ctx := ctxT(t)
-		path := tempPath(t)
-		st, err := bolt.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		create(t, st, "10.0.0.7", svc("default", "a"))
-		if err := st.Close(); err != nil {
-			t.Fatal(err)
-		}
+		path := fileWithOneRecord(t)
 		rawPut(t, path, []byte("meta"), []byte("version"), version)
 		rawPut(t, path, []byte("meta"), []byte("revision"), revision)
 		before := rawDump(t, path)
 
-		st, err = bolt.Open(path)
+		st, err := bolt.Open(path)
 		if err != nil {
 			if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, bolt.ErrFormatVersion) {
 				t.Fatalf("version %x, revision %x: Open: %v, want ErrCorrupt or ErrFormatVersion", version, revision, err)

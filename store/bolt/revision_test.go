@@ -20,19 +20,11 @@ import (
 // write is refused as corrupt instead, and the file stays as it was.
 func TestNoWriteWrapsTheRevision(t *testing.T) {
 	ctx := ctxT(t)
-	path := tempPath(t)
-	st, err := bolt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	create(t, st, "10.0.0.7", svc("default", "a"))
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := fileWithOneRecord(t)
 	rawPut(t, path, []byte("meta"), []byte("revision"), binary.BigEndian.AppendUint64(nil, math.MaxInt64))
 	before := rawDump(t, path)
 
-	st, err = bolt.Open(path)
+	st, err := bolt.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,4 +63,20 @@ func TestNoWriteWrapsTheRevision(t *testing.T) {
 	if rec, err := st.GetAddress(ctx, ip("10.0.0.7")); err != nil || rec.Parent != svc("default", "a") {
 		t.Fatalf("GetAddress after the refused writes: %+v, %v", rec, err)
 	}
+}
+
+// fileWithOneRecord returns the path of a closed store holding one record,
+// 10.0.0.7 of services/default/a, for a test to damage.
+func fileWithOneRecord(t *testing.T) string {
+	t.Helper()
+	path := tempPath(t)
+	st, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, st, "10.0.0.7", svc("default", "a"))
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
