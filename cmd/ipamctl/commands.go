@@ -88,6 +88,15 @@ type cidrObject struct {
 	MoreBlocking bool `json:"moreBlocking,omitempty"`
 }
 
+// cidrStatus is a CIDR's STATUS column in the tables of cidr get and
+// usage: Terminating once its deletion was requested, else Ready.
+func cidrStatus(terminating bool) string {
+	if terminating {
+		return "Terminating"
+	}
+	return "Ready"
+}
+
 // blockingList prints addresses holding a CIDR, saying when there are more.
 func blockingList(addrs []string, more bool) string {
 	s := strings.Join(addrs, ", ")
@@ -221,9 +230,9 @@ func cidrGet(e *env) error {
 			}
 			return emit(e.stdout, e.out, l)
 		}
-		t := newTable(e.stdout, "NAME", "CIDRS", "AGE")
+		t := newTable(e.stdout, "NAME", "CIDRS", "STATUS", "AGE")
 		for _, c := range cidrs {
-			t.row(c.Name, strings.Join(toCIDRObject(c).CIDRs, ","), age(c.Created, e.now))
+			t.row(c.Name, strings.Join(toCIDRObject(c).CIDRs, ","), cidrStatus(c.Terminating), age(c.Created, e.now))
 		}
 		return t.flush()
 	}
@@ -561,12 +570,8 @@ func usageCmd(e *env) error {
 	}
 	t := newTable(e.stdout, "NAME", "PREFIX", "SIZE", "USED", "FREE", "STATUS")
 	for _, c := range l.Items {
-		status := "Ready"
-		if c.Terminating {
-			status = "Terminating"
-		}
 		for _, p := range c.Prefixes {
-			t.row(c.Name, p.Prefix, p.Size.String(), p.Used.String(), p.Free.String(), status)
+			t.row(c.Name, p.Prefix, p.Size.String(), p.Used.String(), p.Free.String(), cidrStatus(c.Terminating))
 		}
 	}
 	return t.flush()

@@ -7,7 +7,8 @@
 //
 //	cidr create NAME PREFIX [PREFIX]     create a CIDR (one prefix per family)
 //	cidr update NAME PREFIX PREFIX       make a single-stack CIDR dual-stack
-//	cidr get [NAME]                      list CIDRs, or show one with its Ready condition
+//	cidr get [NAME]                      list CIDRs (Ready or Terminating), or show
+//	                                     one with its Ready condition
 //	cidr delete NAME                     delete a CIDR (Terminating while addresses hold it)
 //	ip allocate --family 4|6|dual --parent REF    allocate the next free address(es)
 //	ip allocate ADDR --parent REF        allocate a given address
@@ -261,7 +262,8 @@ Usage: ipamctl [--db FILE | --etcd HOST:PORT,... [etcd flags]] [-o json|yaml] [-
 Commands:
   cidr create NAME PREFIX [PREFIX]      create a CIDR (one prefix per family)
   cidr update NAME PREFIX PREFIX        make a single-stack CIDR dual-stack
-  cidr get [NAME]                       list CIDRs, or show one with its Ready condition
+  cidr get [NAME]                       list CIDRs (Ready or Terminating), or show
+                                        one with its Ready condition
   cidr delete NAME                      delete a CIDR (Terminating while addresses hold it)
   ip allocate --family 4|6|dual --parent REF
                                         allocate the next free address (of each family)

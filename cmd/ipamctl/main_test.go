@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,12 +146,10 @@ func TestWalkthroughsExhaustionAndDeletion(t *testing.T) {
 		}
 		moved = append(moved, a)
 	}
-	table := c.ok("cidr", "get")
-	for _, want := range []string{"NAME", "CIDRS", "AGE", "kubernetes", "10.96.0.0/28", "newcidr1", "192.96.0.0/24"} {
-		if !strings.Contains(table, want) {
-			t.Errorf("cidr get lacks %q:\n%s", want, table)
-		}
-	}
+	wantCIDRList(t, c.ok("cidr", "get"), map[string][2]string{
+		"kubernetes": {"10.96.0.0/28", "Ready"},
+		"newcidr1":   {"192.96.0.0/24", "Ready"},
+	})
 	usage := c.ok("usage")
 	for _, want := range []string{"SIZE", "USED", "FREE", "kubernetes   10.96.0.0/28    14     14     0", "newcidr1     192.96.0.0/24   254    2      252"} {
 		if !strings.Contains(usage, want) {
@@ -167,6 +167,10 @@ func TestWalkthroughsExhaustionAndDeletion(t *testing.T) {
 			t.Errorf("cidr delete output lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	wantCIDRList(t, c.ok("cidr", "get"), map[string][2]string{
+		"kubernetes": {"10.96.0.0/28", "Ready"},
+		"newcidr1":   {"192.96.0.0/24", "Terminating"},
+	})
 	get := c.ok("cidr", "get", "newcidr1")
 	for _, want := range []string{"Ready:", "False", "Reason:", "Terminating", cidrset.MessageBlockedDelete} {
 		if !strings.Contains(get, want) {
@@ -201,6 +205,41 @@ func TestWalkthroughsExhaustionAndDeletion(t *testing.T) {
 	}
 	if out := c.ok("ip", "get", "10.96.0.1"); !strings.Contains(out, "NAME") || !strings.Contains(out, "PARENTREF") || !strings.Contains(out, "services/default/kubernetes") {
 		t.Errorf("ip get 10.96.0.1:\n%s", out)
+	}
+}
+
+// wantCIDRList checks cidr get's table: the header NAME CIDRS STATUS AGE,
+// one row per CIDR of want (name: its CIDRS and STATUS), and every cell
+// starting in its header's column.
+func wantCIDRList(t *testing.T, out string, want map[string][2]string) {
+	t.Helper()
+	header := []string{"NAME", "CIDRS", "STATUS", "AGE"}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if got := strings.Fields(lines[0]); !slices.Equal(got, header) {
+		t.Fatalf("cidr get: header %q, want %q:\n%s", got, header, out)
+	}
+	var columns []int
+	for _, h := range header {
+		columns = append(columns, strings.Index(lines[0], h))
+	}
+	got := map[string][2]string{}
+	for _, l := range lines[1:] {
+		cells := strings.Fields(l)
+		if len(cells) != len(header) {
+			t.Fatalf("cidr get: row %q has %d cells, want %d:\n%s", l, len(cells), len(header), out)
+		}
+		end := 0
+		for i, cell := range cells {
+			at := end + strings.Index(l[end:], cell)
+			if at != columns[i] {
+				t.Errorf("cidr get: %s %q starts at column %d, its header at %d:\n%s", header[i], cell, at, columns[i], out)
+			}
+			end = at + len(cell)
+		}
+		got[cells[0]] = [2]string{cells[1], cells[2]}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("cidr get lists %v, want %v:\n%s", got, want, out)
 	}
 }
 
