@@ -40,6 +40,17 @@ var (
 	// ErrReadOnly: a write to a store that takes none (a bolt file opened
 	// read-only). Retrying does not help.
 	ErrReadOnly = errors.New("store opened read-only")
+	// ErrOutcomeUnknown: a write was sent and its answer lost (the
+	// connection broke, the server timed out, the caller's ctx ended while
+	// it was in flight). It may have been applied, or be applied later,
+	// or never: a caller must read before assuming either way. A retry
+	// of a create with the same owner may leave that owner two records,
+	// and a retried delete may report ErrNotFound for its own deletion.
+	// The error also matches its cause (a ctx error, the store's
+	// transport error, ErrClosed). The records of a create that committed
+	// unseen belong to an owner told nothing: a repair pass (package
+	// repair) deletes them as leaked once older than its grace.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the write may or may not have been applied")
 )
 
 // AddressExistsError reports which address of a create was already taken.
@@ -132,6 +143,15 @@ type Fence struct {
 // gets a new revision, strictly increasing across the store. All methods are
 // safe for concurrent use, also by several processes where the
 // implementation is shared (etcd).
+//
+// A store that talks to a server may lose the answer to a write it sent.
+// Its writes (CreateCIDR, UpdateCIDR, DeleteCIDR, CreateAddresses,
+// DeleteAddress, DeleteAddressAt, ReplaceAddressAt) then return an error
+// matching ErrOutcomeUnknown, unless it could settle the outcome itself (the
+// etcd store reads a create's records back); any other error of a write
+// means it was not applied. Reads never return ErrOutcomeUnknown.
+// store/memory and store/bolt never return it: their writes are applied
+// or not by the time they return.
 type Store interface {
 	// CreateCIDR stores a new CIDR; it sets Created and Revision and returns
 	// the stored object. ErrExists if the name is taken; an error matching
