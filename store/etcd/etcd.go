@@ -120,17 +120,45 @@
 // fails at once. It is a revision every Watch of the store delivers, where
 // etcd's current one may be another key's.
 //
+// # Lost answers
+//
+// The answer to a write can be lost: the connection to the member breaks,
+// the member gives up waiting for the entry to commit ("request timed
+// out"), the leader changes, the caller's ctx ends while the write is in
+// flight, or Close closes the client under it. etcd may have applied the
+// write, or apply it later. Every write (CreateCIDR, UpdateCIDR,
+// DeleteCIDR, CreateAddresses, DeleteAddress, DeleteAddressAt,
+// ReplaceAddressAt) then returns an error matching
+// store.ErrOutcomeUnknown and its cause (the ctx error, store.ErrClosed,
+// the client's error), unless:
+//
+//   - etcd refused it in a way that shows it was not applied: a check made
+//     before the request is proposed to raft (too many operations, request
+//     too large, too many requests, an invalid auth token) or as its entry
+//     is applied (permission denied, an old auth revision). The error is
+//     the refusal alone. "database space exceeded" is not such a refusal:
+//     etcd also returns it for the transaction that crossed the quota,
+//     after applying it.
+//   - a create's read-back (below) found its records: it succeeded.
+//
+// The error of a read a write makes before its transaction, or to explain a
+// refusal, means nothing was written, as does that of a call whose ctx had
+// ended before it began (or, for CreateAddresses, before an attempt): none
+// matches store.ErrOutcomeUnknown.
+//
 // A create, once sent, is not canceled with the caller's ctx: etcd may
 // apply it all the same. CreateAddresses waits up to 5 s past ctx for
 // etcd's answer, so that a create etcd applied is reported as done, with
-// its records, even after ctx ended. When the answer leaves the outcome
-// unknown (the member serving it went away, or the 5 s ran out), the store
-// reads the keys back, again for at most 5 s past ctx: keys holding exactly
-// the values it wrote mean the create succeeded. A read sees only what etcd
-// committed before it, so a create still in flight then is reported as
-// failed yet may commit later; its records belong to an owner told it has
-// none, and a repair pass (package repair) deletes them as leaked once they
-// are older than its grace (60 s by default).
+// its records, even after ctx ended. When the answer is lost, the store
+// reads the keys back, retrying failed reads, again for at most 5 s past
+// ctx: keys holding exactly the values it wrote mean the create succeeded.
+// A read sees only what etcd committed before it, so a create still in
+// flight then may commit later: the error matches store.ErrOutcomeUnknown,
+// and the records of such a create belong to an owner told nothing; a
+// repair pass (package repair) deletes them as leaked once they are older
+// than its grace (60 s by default). Other writes are not read back: the
+// absence of a deleted key, or an updated value, could as well be another
+// writer's, and the caller must read anyway to decide again.
 //
 // # Watch
 //
@@ -398,6 +426,49 @@ func (s *Store) wrap(op string, err error) error {
 	return fmt.Errorf("etcd store: %s: %w", op, err)
 }
 
+// wrapWrite is wrap for the error of a transaction that writes: unless
+// notApplied shows that etcd did not apply it, it matches
+// store.ErrOutcomeUnknown too. Errors of the reads before such a
+// transaction, or of a read-only one, are wrap's: nothing was written.
+func (s *Store) wrapWrite(op string, err error) error {
+	if notApplied(err) {
+		return s.wrap(op, err)
+	}
+	return s.wrap(op, fmt.Errorf("%w: %w", store.ErrOutcomeUnknown, err))
+}
+
+// notApplied reports whether err, returned for a transaction that writes,
+// shows that etcd did not apply it and never will: etcd refused the
+// request before proposing it to raft, or refuses its entry on every member
+// as it applies it. The client resends a write only after such a refusal
+// (with a refreshed token) or when it found no connection to send it on, so
+// an earlier attempt cannot have been applied either. Any other error may
+// come after the request reached a member: a timeout ("request timed out",
+// ctx), Unavailable (a connection broken, "leader changed", "server
+// stopped"), and "database space exceeded" too, which etcd returns also
+// for the transaction that crossed the quota, after applying it.
+func notApplied(err error) bool {
+	switch {
+	// Checked by etcd's gRPC service before the request reaches its server.
+	case errors.Is(err, rpctypes.ErrEmptyKey), errors.Is(err, rpctypes.ErrKeyNotFound),
+		errors.Is(err, rpctypes.ErrValueProvided), errors.Is(err, rpctypes.ErrLeaseProvided),
+		errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrDuplicateKey):
+		return true
+	// Checked by the server before it proposes the request.
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyRequests),
+		errors.Is(err, rpctypes.ErrInvalidAuthToken):
+		return true
+	// Permissions, checked as the entry is applied: it applies as nothing.
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrUserEmpty),
+		errors.Is(err, rpctypes.ErrAuthOldRevision):
+		return true
+	// The client's token refresh after such a refusal failed.
+	case errors.Is(err, rpctypes.ErrAuthFailed):
+		return true
+	}
+	return false
+}
+
 // CreateCIDR implements store.Store.
 func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
 	if err := s.begin(ctx); err != nil {
@@ -418,7 +489,7 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 		Then(clientv3.OpPut(key, string(encodeCIDR(c)))).
 		Commit()
 	if err != nil {
-		return cidrset.CIDR{}, s.wrap("create CIDR", err)
+		return cidrset.CIDR{}, s.wrapWrite("create CIDR", err)
 	}
 	if !resp.Succeeded {
 		return cidrset.CIDR{}, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
@@ -469,7 +540,7 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
-		return cidrset.CIDR{}, s.wrap("update CIDR", err)
+		return cidrset.CIDR{}, s.wrapWrite("update CIDR", err)
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -612,8 +683,11 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 		txn = txn.If(cmps...).Then(clientv3.OpDelete(key)).Else(gets...)
 	}
 	resp, err := txn.Commit()
+	if err != nil && refused {
+		return s.wrap("delete CIDR", err) // only reads were sent
+	}
 	if err != nil {
-		return s.wrap("delete CIDR", err)
+		return s.wrapWrite("delete CIDR", err)
 	}
 	if resp.Succeeded && !refused {
 		return nil
@@ -659,8 +733,9 @@ func validOwner(o ipaddress.ParentRef) bool {
 
 // CreateAddresses implements store.Store. Once its transaction is sent, it
 // waits for the answer even if ctx ends meanwhile, for at most 5 s more,
-// so that a create etcd applied is reported as done (see Atomicity in the
-// package documentation).
+// so that a create etcd applied is reported as done; when the answer is
+// lost and a read-back does not find the records, the error matches
+// store.ErrOutcomeUnknown (see Lost answers in the package documentation).
 func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
@@ -746,13 +821,16 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		// create, through the raft log and the WAL, and are rarely needed.
 		resp, err := s.cli.Txn(wctx).If(cmps...).Then(puts...).Commit()
 		if err != nil {
+			if notApplied(err) {
+				return nil, s.wrap("create addresses", err)
+			}
 			rev, ok := s.readBack(wctx, keys, vals)
 			if !ok {
 				if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 					// The caller's ctx ended first: say so, typed.
-					err = fmt.Errorf("%w; outcome unknown: %w", cerr, err)
+					err = fmt.Errorf("%w; while waiting past it for etcd's answer: %w", cerr, err)
 				}
-				return nil, s.wrap("create addresses", err)
+				return nil, s.wrapWrite("create addresses", err)
 			}
 			s.readBacks.Add(1)
 			return done(rev), nil
@@ -812,16 +890,20 @@ func outlive(ctx context.Context, grace time.Duration) (context.Context, context
 // readBack resolves a create whose outcome is unknown: it succeeded if every
 // key holds exactly the value written (the value holds the creation time to
 // the nanosecond, so no other create wrote it), all at one create revision.
-// A failed read is retried a few times: right after a leader is lost, reads
-// fail until a new one is elected, and its first linearizable read sees
-// every entry the old leader had committed. ctx is CreateAddresses' own,
-// which outlives its caller's; readBack takes at most inFlightGrace.
+// A failed read tells nothing, and is retried until ctx ends: right after a
+// leader is lost, reads fail until a new one is elected (which may take
+// seconds), and its first linearizable read sees every entry of earlier
+// terms that it will ever commit. ctx is
+// CreateAddresses' own, which outlives its caller's; readBack takes at most
+// inFlightGrace.
 //
 // A linearizable read sees what etcd committed before it: a create still
-// in flight (on its way to the leader, or in its log but not yet synced) is
-// reported as failed yet may commit later. Its records then stay until a
-// repair pass deletes them as leaked, once they are older than its grace
-// (repair.DefaultLeakGrace, 60 s).
+// in flight (on its way to the leader, or in its log waiting for a quorum)
+// may commit later, so a read that finds nothing proves nothing, and
+// reading again would only narrow that window, never close it: the caller
+// gets store.ErrOutcomeUnknown instead. The records of such a create stay
+// until a repair pass deletes them as leaked, once they are older than its
+// grace (repair.DefaultLeakGrace, 60 s).
 func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, inFlightGrace)
 	defer cancel()
@@ -830,14 +912,19 @@ func (s *Store) readBack(ctx context.Context, keys, vals []string) (rev int64, o
 		ops[i] = clientv3.OpGet(k)
 	}
 	wait := 100 * time.Millisecond
-	for attempt := 0; attempt < 4 && ctx.Err() == nil && len(keys) > 0; attempt++ {
+	for ctx.Err() == nil && len(keys) > 0 {
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if clientv3.IsConnCanceled(err) {
+			return 0, false // the client was closed: no read will do
+		}
 		if err != nil {
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
-			case <-time.After(wait):
+			case <-t.C:
 			}
-			wait *= 2
+			t.Stop()
+			wait = min(2*wait, time.Second)
 			continue
 		}
 		for i, r := range rangeResponses(resp, 0) {
@@ -902,7 +989,7 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev
 			Then(dels...).
 			Commit()
 		if err != nil {
-			return ipaddress.IPAddress{}, 0, s.wrap("delete address", err)
+			return ipaddress.IPAddress{}, 0, s.wrapWrite("delete address", err)
 		}
 		if tx.Succeeded {
 			return rec, tx.Header.Revision, nil
@@ -953,7 +1040,7 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, r
 		Then(ops...).
 		Commit()
 	if err != nil {
-		return ipaddress.IPAddress{}, s.wrap("replace address", err)
+		return ipaddress.IPAddress{}, s.wrapWrite("replace address", err)
 	}
 	if !tx.Succeeded {
 		// Changed since the read: released, or released and taken again.
@@ -1100,7 +1187,8 @@ func (s *Store) list(ctx context.Context, start, end string, rev int64, keysOnly
 // goroutines; it closes the client only with WithCloseClient, and then
 // first waits for calls in flight (up to 6 s), so that a create
 // etcd applied is reported as done. A call Close cuts short fails with an
-// error matching store.ErrClosed.
+// error matching store.ErrClosed; a write's also matches
+// store.ErrOutcomeUnknown, as it may have been applied.
 func (s *Store) Close() error {
 	s.callMu.Lock()
 	already := s.closed.Swap(true)
