@@ -82,6 +82,44 @@ func TestACallCutShortByCloseIsErrClosed(t *testing.T) {
 	}
 }
 
+// A write that Close cuts short may have been applied: its error matches
+// store.ErrOutcomeUnknown as well as store.ErrClosed.
+func TestAWriteCutShortByCloseIsOutcomeUnknown(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	c := startCluster(t, 1)
+	px := startProxy(t, c.members[0].client.Host)
+	s, err := New(c.newClient(t, "http://"+px.Addr()), WithPrefix("/cut-write"), WithCloseClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.closeWait = 100 * time.Millisecond
+	other, err := New(c.newClient(t), WithPrefix("/cut-write"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := s.GetCIDR(ctx, "warm"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
+	px.HoldReplies()
+	defer px.ReleaseReplies()
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: "cut", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+		got <- err
+	}()
+	eventually(t, "etcd to apply the create", func() bool {
+		_, err := other.GetCIDR(ctx, "cut")
+		return err == nil
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, store.ErrClosed) || !errors.Is(err, store.ErrOutcomeUnknown) {
+		t.Fatalf("CreateCIDR cut short by Close: %v, want an error matching ErrClosed and ErrOutcomeUnknown", err)
+	}
+}
+
 // A touching fence on a CIDR rewritten since its revision was read has
 // failed, whatever the new value: ErrFenced, as without Touch, even when
 // the value does not decode.

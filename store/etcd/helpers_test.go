@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -133,6 +134,9 @@ type tcpProxy struct {
 	conns  map[net.Conn]struct{}
 	held   bool       // the target's bytes wait (HoldReplies)
 	unheld *sync.Cond // signalled when held is cleared
+	// holdAfter is how many more calls may start before replies are held
+	// (HoldRepliesFromCall); 0 when not armed.
+	holdAfter int
 }
 
 func startProxy(t *testing.T, target string) *tcpProxy {
@@ -183,9 +187,15 @@ func (p *tcpProxy) serve() {
 // pipe copies src to dst; replies (from the target) wait while held.
 func (p *tcpProxy) pipe(dst, src net.Conn, replies bool) {
 	buf := make([]byte, 32<<10)
+	calls := h2Calls{preface: len(h2Preface)}
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if !replies {
+				// Before the bytes go on: the reply to a call that
+				// starts holding must not slip through.
+				p.callsStarted(calls.scan(buf[:n]))
+			}
 			if replies {
 				p.mu.Lock()
 				for p.held {
@@ -219,6 +229,26 @@ func (p *tcpProxy) Pause() {
 	}
 }
 
+// callsStarted counts n calls started, for HoldRepliesFromCall.
+func (p *tcpProxy) callsStarted(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holdAfter > 0 && n > 0 {
+		p.holdAfter = max(p.holdAfter-n, 0)
+		p.held = p.held || p.holdAfter == 0
+	}
+}
+
+// HoldRepliesFromCall holds replies, as HoldReplies does, from the moment
+// the client starts its n-th call (gRPC stream) from now on, before that
+// call reaches the target: the calls before it are answered, and it is
+// applied with its answer held. Calls are counted on every connection.
+func (p *tcpProxy) HoldRepliesFromCall(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdAfter = n
+}
+
 // HoldReplies keeps what the target sends from the client, requests still
 // going through: a call etcd has applied whose answer is on its way.
 func (p *tcpProxy) HoldReplies() {
@@ -240,4 +270,50 @@ func (p *tcpProxy) Resume() {
 	p.mu.Lock()
 	p.paused = false
 	p.mu.Unlock()
+}
+
+// h2Preface opens every HTTP/2 connection a client makes (RFC 9113 3.4).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// h2Calls follows the frames a gRPC client sends on one connection, read
+// in pieces of any size, to count the calls it starts: each is a stream,
+// opened by a HEADERS frame with a stream ID higher than any before
+// (RFC 9113 4.1, 5.1.1).
+type h2Calls struct {
+	preface int     // preface bytes still to skip
+	head    [9]byte // the frame header being read
+	got     int     // bytes of head read
+	payload int     // payload bytes of the current frame still to skip
+	last    uint32  // the highest stream ID opened
+}
+
+// scan reads b and returns how many calls it started.
+func (h *h2Calls) scan(b []byte) (started int) {
+	for len(b) > 0 {
+		switch {
+		case h.preface > 0:
+			n := min(h.preface, len(b))
+			h.preface -= n
+			b = b[n:]
+		case h.payload > 0:
+			n := min(h.payload, len(b))
+			h.payload -= n
+			b = b[n:]
+		default:
+			n := copy(h.head[h.got:], b)
+			h.got += n
+			b = b[n:]
+			if h.got < len(h.head) {
+				continue
+			}
+			h.got = 0
+			h.payload = int(h.head[0])<<16 | int(h.head[1])<<8 | int(h.head[2])
+			const headers = 0x1
+			if id := binary.BigEndian.Uint32(h.head[5:]) &^ (1 << 31); h.head[3] == headers && id > h.last {
+				h.last = id
+				started++
+			}
+		}
+	}
+	return started
 }
