@@ -17,6 +17,12 @@
 // section under the store's own lock; over others (bbolt, etcd) the chosen
 // addresses are marked in flight while the store is written, and a lost
 // race is retried.
+//
+// Any other error of the store ends the call and is returned as is. So is
+// one matching store.ErrOutcomeUnknown (etcd: the create's answer was lost):
+// the address may be the owner's now or later, and trying another could
+// leave the owner two. The caller reads (AddressesOf) before it allocates
+// again; a record of a create it was never told of is repair's, as a leak.
 package allocator
 
 import (
@@ -557,6 +563,9 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 			// The last request found nothing to choose: nothing to retry.
 			return sourcesOf(choices).failedAt(n - 1), err
 		}
+		// Only a refusal that names what was in the way is retried: any
+		// other error, store.ErrOutcomeUnknown among them, may have left
+		// the choices created.
 		if taken, ok := takenAddr(err); ok {
 			if i := slices.IndexFunc(reqs, func(r request) bool { return r.addr == taken }); i >= 0 {
 				return sourcesOf(choices).failedAt(i), ErrAllocated
