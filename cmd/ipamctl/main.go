@@ -67,7 +67,12 @@ const (
 	exitConflict = 4 // already exists, already allocated, modified concurrently
 	exitFull     = 5 // range is full: no free address in any live CIDR of the family
 	exitPending  = 6 // cidr delete: the CIDR is Terminating, held by addresses (it goes once they are released)
+	exitUnknown  = 7 // a write was sent and its answer lost: it may have been made, now or later (store.ErrOutcomeUnknown)
 )
+
+// unknownHint follows the error of a write whose outcome is unknown: a
+// retry of ip allocate would give its owner a second address.
+const unknownHint = "the change may have been made, or be made later: look (ip get --parent REF, cidr get NAME) before trying again"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -110,6 +115,9 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.As(err, &pe):
 		return exitPending
+	case errors.Is(err, store.ErrOutcomeUnknown):
+		// Before the rest: its cause (a timeout) is no answer.
+		return exitUnknown
 	case errors.Is(err, allocator.ErrFull):
 		return exitFull
 	case errors.Is(err, store.ErrNotFound):
@@ -244,10 +252,18 @@ type input struct {
 }
 
 func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := runErr(ctx, argv, stdin, stdout, stderr)
+	return report(stderr, runErr(ctx, argv, stdin, stdout, stderr))
+}
+
+// report says what was wrong, if anything, on stderr, and returns the exit
+// code of err.
+func report(stderr io.Writer, err error) int {
 	code := exitCode(err)
 	if err != nil && code != exitPending {
 		fmt.Fprintf(stderr, "ipamctl: %v\n", err)
+		if code == exitUnknown {
+			fmt.Fprintf(stderr, "ipamctl: %s\n", unknownHint)
+		}
 		var ue *usageError
 		if errors.As(err, &ue) && strings.HasPrefix(ue.msg, "usage") {
 			fmt.Fprint(stderr, usageText)
@@ -295,7 +311,8 @@ Global flags, anywhere on the line:
 REF is resource[.group]/[namespace/]name, e.g. services/default/kubernetes.
 Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found,
 4 conflict (exists, already allocated), 5 range is full,
-6 deletion pending (CIDR Terminating).
+6 deletion pending (CIDR Terminating), 7 outcome unknown (etcd's answer
+to a change was lost: look before trying again).
 `
 
 func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
