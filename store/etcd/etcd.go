@@ -850,7 +850,8 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		}
 		why, err := s.cli.Txn(ctx).Then(gets...).Commit()
 		if err != nil {
-			return nil, s.wrap("create addresses", err)
+			// The create was refused: only the reason is unknown.
+			return nil, s.wrap("create addresses: refused, and reading why", err)
 		}
 		rs := rangeResponses(why, 0)
 		for i, r := range recs {
