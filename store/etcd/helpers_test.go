@@ -249,6 +249,14 @@ func (p *tcpProxy) HoldRepliesFromCall(n int) {
 	p.holdAfter = n
 }
 
+// Holding reports whether replies are held: after HoldReplies, or once
+// the call HoldRepliesFromCall waits for has started.
+func (p *tcpProxy) Holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
 // HoldReplies keeps what the target sends from the client, requests still
 // going through: a call etcd has applied whose answer is on its way.
 func (p *tcpProxy) HoldReplies() {

@@ -170,6 +170,28 @@ func TestALostAllocationIsOutcomeUnknownAndNotRetried(t *testing.T) {
 	}
 }
 
+// A create etcd refused (its address taken) whose reason could not be read
+// (the answer to that read lost) was not applied: its error does not match
+// store.ErrOutcomeUnknown.
+func TestARefusedCreateWhoseReasonIsLostIsNotOutcomeUnknown(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	r := newLostRig(t, "/lost-why")
+	mustCreate(t, ctx, r.other, v4(1))
+	// The create is the first call, answered; the read of why it was
+	// refused the second, whose answer is lost.
+	err := r.lose(t, ctx, 2, r.px.Holding, func() error {
+		_, err := r.s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(1), Parent: svc("late")}})
+		return err
+	})
+	t.Logf("CreateAddresses: %v", err)
+	if err == nil || errors.Is(err, store.ErrOutcomeUnknown) || errors.Is(err, store.ErrExists) {
+		t.Fatalf("a refused create whose reason was lost: %v, want an error matching neither ErrOutcomeUnknown nor ErrExists", err)
+	}
+	if got, err := r.other.GetAddress(ctx, v4(1)); err != nil || got.Parent == svc("late") {
+		t.Fatalf("after the refused create: %+v, %v", got, err)
+	}
+}
+
 // Every other write whose answer was lost fails with an error matching
 // store.ErrOutcomeUnknown: none is read back. Each was applied.
 func TestLostWriteAnswersAreOutcomeUnknown(t *testing.T) {
