@@ -114,18 +114,25 @@ func TestALostCreateAnswerIsOutcomeUnknown(t *testing.T) {
 	})
 
 	// The caller's ctx ends while the answer is held: the error says so
-	// as well.
+	// as well. (Canceled once etcd applied the create: a deadline could
+	// pass before it is sent, on a loaded machine.)
 	t.Run("ctx ended in flight", func(t *testing.T) {
 		a := v4(2)
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		err := r.lose(t, ctx, 1, func() bool { return exists(a)() && cctx.Err() != nil }, func() error {
+		err := r.lose(t, ctx, 1, func() bool {
+			if !exists(a)() {
+				return false
+			}
+			cancel()
+			return true
+		}, func() error {
 			_, err := r.s.CreateAddresses(cctx, []ipaddress.IPAddress{{Addr: a, Parent: svc("lost")}})
 			return err
 		})
 		check(t, a, err)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("ctx ended in flight: %v, want an error matching context.DeadlineExceeded too", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("ctx ended in flight: %v, want an error matching context.Canceled too", err)
 		}
 	})
 }
