@@ -201,6 +201,16 @@ type Store interface {
 	// AddressesOf returns the records held by owner, through an index.
 	AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error)
 	// ListAddresses returns every record; for repair and tools, not hot paths.
+	//
+	// A record the store holds but cannot decode (a value written by
+	// hand, or damaged) does not hide the others, nor stop a repair pass:
+	// when such records are the only problem, ListAddresses returns every
+	// other record and a *SkippedError naming them (the first MaxSkipped,
+	// and a count of the rest). That error matches ErrCorrupt, so a caller
+	// that takes any error for failure stays right. Any other error
+	// returns no records. A record left out is still stored and its
+	// address still taken; nothing is deleted. store/memory holds nothing
+	// it cannot decode, and never skips.
 	ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error)
 
 	// Watch delivers the store's state to w: first w.Reset with a
