@@ -36,6 +36,10 @@
 // write, bytes that are not UTF-8, a prefix spelled otherwise than netip
 // prints it): no version of it wrote one, and it is not read as the CIDR
 // or record it resembles. Prefixes are read as written, never masked.
+// ListAddresses leaves out the address records it cannot decode and
+// returns the others, with a *store.SkippedError naming those keys: one
+// record edited by hand stops no repair pass. AddressesOf still fails
+// while one exists (see The owner index): whose it is cannot be known.
 //
 // # Layout versions
 //
@@ -1109,23 +1113,32 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 }
 
 // ListAddresses implements store.Store: every record, at one revision, in
-// address order (IPv4 first).
+// address order (IPv4 first). A key under the address prefix whose key or
+// value does not decode is left out, and named in a *store.SkippedError
+// (its Err a *CorruptError) returned with the other records; it is not
+// touched.
 func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
 	defer s.end()
-	return retryCompacted(func() ([]ipaddress.IPAddress, error) {
+	var skipped store.SkippedError
+	recs, err := retryCompacted(func() ([]ipaddress.IPAddress, error) {
+		// Each attempt reads every page again, at a new revision: what
+		// an earlier one skipped may have been repaired since.
+		skipped = store.SkippedError{}
 		var out []ipaddress.IPAddress
 		_, err := s.list(ctx, s.ipPfx, clientv3.GetPrefixRangeEnd(s.ipPfx), 0, false, func(kv *mvccpb.KeyValue) error {
 			key := string(kv.Key)
 			a, err := addrFromKey(key, s.ipPfx)
 			if err != nil {
-				return err
+				skipped.Skip(netip.Addr{}, err)
+				return nil
 			}
 			r, err := recordFromKV(key, a, kv.Value, kv.ModRevision)
 			if err != nil {
-				return err
+				skipped.Skip(a, err)
+				return nil
 			}
 			out = append(out, r)
 			return nil
@@ -1135,6 +1148,13 @@ func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error
 		}
 		return out, nil
 	})
+	switch {
+	case err != nil:
+		return nil, err
+	case skipped.Count > 0:
+		return recs, &skipped
+	}
+	return recs, nil
 }
 
 // maxCompactedRetries bounds how many times retryCompacted reads again.

@@ -2,13 +2,20 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/netipam/netipam/store"
 )
 
 // compactingKV compacts the history, once armed, just before the next read
@@ -97,5 +104,94 @@ func TestListingsRetryAfterCompactionBetweenPages(t *testing.T) {
 	})
 	if n := kv.compactions.Load(); n != 3 {
 		t.Errorf("%d compactions between pages, want 3 (one per listing)", n)
+	}
+}
+
+// store.Store.ListAddresses: keys under the address prefix whose value (or
+// key) this store cannot decode hide none of the other records. The listing
+// returns every record that decodes, and a *store.SkippedError naming each
+// key left out (a *CorruptError, matching store.ErrCorrupt), once: a
+// listing read again after a compaction between its pages counts none
+// twice. Past store.MaxSkipped the error names the first and counts the
+// rest. Nothing listed is changed.
+func TestListAddressesReturnsTheRecordsBesideOnesItCannotDecode(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	c := startCluster(t, 1)
+	cli := c.newClient(t)
+	kv := &compactingKV{KV: cli.KV}
+	cli.KV = kv
+	s, err := New(cli, WithPrefix("/skip"), WithPageSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustCreate(t, ctx, s, v4(1), v4(2), v4(3), v4(4), netip.MustParseAddr("fd00::1"))
+	// 10.0.0.2 edited by hand (a space: not what the store writes), a
+	// key that is no address, on the first and the last page.
+	edited, badKey := s.addrKey(v4(2)), s.ipPfx+"4/zz"
+	for key, val := range map[string]string{edited: `{"v":2, "resource":"services","name":"x","created":0}`, badKey: `{"v":2}`} {
+		if _, err := cli.Put(ctx, key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := func() map[string]string {
+		resp, err := cli.Get(ctx, s.ipPfx, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, kv := range resp.Kvs {
+			out[string(kv.Key)] = fmt.Sprintf("%s@%d", kv.Value, kv.ModRevision)
+		}
+		return out
+	}
+	before := raw()
+
+	kv.armed.Store(true)
+	recs, err := s.ListAddresses(ctx)
+	if n := kv.compactions.Load(); n != 1 {
+		t.Fatalf("%d compactions between pages, want 1", n)
+	}
+	var got []netip.Addr
+	for _, r := range recs {
+		got = append(got, r.Addr)
+	}
+	if want := []netip.Addr{v4(1), v4(3), v4(4), netip.MustParseAddr("fd00::1")}; !slices.Equal(got, want) {
+		t.Fatalf("ListAddresses = %v (%v), want %v", got, err, want)
+	}
+	var se *store.SkippedError
+	if !errors.As(err, &se) || !errors.Is(err, store.ErrCorrupt) || se.Count != 2 || len(se.Records) != 2 {
+		t.Fatalf("ListAddresses error %v, want a *store.SkippedError of 2 records matching ErrCorrupt", err)
+	}
+	if r := se.Records[0]; r.Addr != v4(2) {
+		t.Errorf("first skipped record at %v, want %v", r.Addr, v4(2))
+	} else {
+		checkCorrupt(t, r.Err, edited)
+	}
+	if r := se.Records[1]; r.Addr.IsValid() {
+		t.Errorf("a key that is no address skipped as %v", r.Addr)
+	} else {
+		checkCorrupt(t, r.Err, badKey)
+	}
+	if !strings.Contains(err.Error(), strconv.Quote(edited)) || !strings.Contains(err.Error(), strconv.Quote(badKey)) {
+		t.Errorf("error %q does not name both keys", err)
+	}
+	if after := raw(); !maps.Equal(after, before) {
+		t.Errorf("listing changed the records: %v, was %v", after, before)
+	}
+
+	// More than MaxSkipped.
+	const n = store.MaxSkipped + 3
+	for i := range n {
+		if _, err := cli.Put(ctx, s.addrKey(v4(100+i)), "garbage"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err = s.ListAddresses(ctx)
+	if !errors.As(err, &se) || se.Count != n+2 || len(se.Records) != store.MaxSkipped || len(recs) != 4 {
+		t.Fatalf("with %d keys left out: %d records, %v; want 4 and a *store.SkippedError counting %d, naming %d", n+2, len(recs), err, n+2, store.MaxSkipped)
+	}
+	if !strings.HasSuffix(err.Error(), "and 5 more") {
+		t.Errorf("error %q does not count the keys it does not name", err)
 	}
 }
