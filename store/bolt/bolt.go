@@ -46,10 +46,13 @@
 // zero. A decoder accepts exactly what the encoder writes: a value of
 // another version, a truncated value, trailing bytes, a varint not in its
 // shortest form or an unknown flag is an error wrapping store.ErrCorrupt
-// (a *CorruptError naming the bucket and the key), never a panic. A file
-// damaged below the records, which bbolt panics on (a bad page) or which
-// faults when read (a truncated file), gives a *CorruptError too, with no
-// bucket; the store that read it is best closed.
+// (a *CorruptError naming the bucket and the key), never a panic.
+// ListAddresses leaves out an address record it cannot decode and returns
+// the others with a *store.SkippedError naming it; other reads of it fail,
+// Watch too (so an allocator does not start on the file). A file damaged
+// below the records, which bbolt panics on (a bad page) or which faults
+// when read (a truncated file), gives a *CorruptError too, with no bucket;
+// the store that read it is best closed.
 //
 // Created times are kept to the nanosecond between the years 1678 and 2262.
 package bolt
@@ -786,26 +789,35 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 }
 
 // ListAddresses implements store.Store. Records come sorted by address,
-// IPv4 first.
+// IPv4 first. A record whose key or value does not decode is left out, and
+// named in a *store.SkippedError (its Err a *CorruptError) returned with
+// the other records; it is not touched. A file bbolt cannot read (a bad
+// page, a truncated file) is no record left out: that error comes alone.
 func (s *Store) ListAddresses(ctx context.Context) ([]ipaddress.IPAddress, error) {
 	var out []ipaddress.IPAddress
+	var skipped store.SkippedError
 	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		out = []ipaddress.IPAddress{}
 		return tx.Bucket(bucketAddrs).ForEach(func(k, v []byte) error {
 			a, err := decodeAddrKey(k)
 			if err != nil {
-				return corruptAt(bucketAddrs, k, err)
+				skipped.Skip(netip.Addr{}, corruptAt(bucketAddrs, k, err))
+				return nil
 			}
 			av, err := decodeAddrValue(v)
 			if err != nil {
-				return corruptAt(bucketAddrs, k, err)
+				skipped.Skip(a, corruptAt(bucketAddrs, k, err))
+				return nil
 			}
 			out = append(out, av.record(a))
 			return nil
 		})
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case skipped.Count > 0:
+		return out, &skipped
 	}
 	return out, nil
 }
