@@ -46,7 +46,10 @@ const (
 	// Reported only: nothing about that address is changed.
 	Duplicate Kind = "Duplicate"
 	// Failed: the pass could not check or fix an address (a store error,
-	// an excluded address, ...). Err says why.
+	// an excluded address, ...). Err says why. A record the store cannot
+	// decode is one: Err matches store.ErrCorrupt and names its key, Addr
+	// is its address (empty when the key does not tell it either), and
+	// the record is left as it is. Counted as "unknown", as every error.
 	Failed Kind = "Failed"
 )
 
@@ -139,7 +142,8 @@ type Report struct {
 	// handed to its consumer is followed at once by that consumer's
 	// Repaired, among the records' findings.
 	Events []Event
-	// Records and Consumers count what the pass looked at.
+	// Records and Consumers count what the pass looked at; Records
+	// includes the records that cannot be read.
 	Records, Consumers int
 	// RetryAfter is how long until the first pending record can be
 	// decided; zero when nothing is pending. Run the pass again then.

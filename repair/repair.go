@@ -19,7 +19,13 @@
 //     the same store write (store.Store.ReplaceAddressAt), so no other
 //     allocation can take the address in between;
 //   - reports an address held by several consumers ("already allocated"),
-//     counting a legacy spelling as a holder, and changes nothing about it.
+//     counting a legacy spelling as a holder, and changes nothing about it;
+//   - reports a record the store holds but cannot decode (Failed, its Err
+//     matching store.ErrCorrupt and naming the key; see
+//     store.Store.ListAddresses) and goes on with the others. Such a
+//     record is never deleted, replaced nor written over: its address
+//     stays taken, and a consumer holding it gets no record of its own,
+//     until an operator fixes or removes the key.
 //
 // Beyond the reference, the grace period also protects a young record from
 // the wrong-reference deletion, which closes the race of an address just
@@ -146,28 +152,35 @@ type pass struct {
 	// ParseAddr refuses but ParseAddrLegacy reads ("010.96.0.5",
 	// "FD00::5"): reported Invalid, never freed.
 	legacy map[netip.Addr]bool
+	// unreadable holds the addresses of the records the listing left out
+	// as undecodable (as far as the store named them): reported, and
+	// never given a record of a consumer's.
+	unreadable map[netip.Addr]bool
 }
 
 // Run makes one repair pass. The error is for a pass that could not be
 // made (the records or the consumers could not be listed) or was cut short
 // by ctx; problems with single addresses are events of the report (Failed
-// for errors), and the pass goes on.
+// for errors), and the pass goes on. Records the store cannot decode (a
+// listing's *store.SkippedError) are such problems: each named one is a
+// Failed event, the pass checks every other record.
 func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 	if r.Allocator == nil || r.Consumers == nil {
 		return Report{}, errors.New("repair: Allocator and Consumers are required")
 	}
 	p := &pass{
-		r:       r,
-		a:       r.Allocator,
-		st:      r.Allocator.Store(),
-		log:     r.Logger,
-		now:     r.now(),
-		grace:   r.grace(),
-		records: map[netip.Addr]ipaddress.IPAddress{},
-		deleted: map[netip.Addr]bool{},
-		holders: map[netip.Addr][]ipaddress.ParentRef{},
-		holds:   map[ipaddress.ParentRef]map[netip.Addr]bool{},
-		legacy:  map[netip.Addr]bool{},
+		r:          r,
+		a:          r.Allocator,
+		st:         r.Allocator.Store(),
+		log:        r.Logger,
+		now:        r.now(),
+		grace:      r.grace(),
+		records:    map[netip.Addr]ipaddress.IPAddress{},
+		deleted:    map[netip.Addr]bool{},
+		holders:    map[netip.Addr][]ipaddress.ParentRef{},
+		holds:      map[ipaddress.ParentRef]map[netip.Addr]bool{},
+		legacy:     map[netip.Addr]bool{},
+		unreadable: map[netip.Addr]bool{},
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -182,7 +195,8 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 	// record already there (see repair), rather than as a record without
 	// its consumer.
 	recs, err := p.st.ListAddresses(ctx)
-	if err != nil {
+	var skipped *store.SkippedError
+	if err != nil && !errors.As(err, &skipped) {
 		return p.report, fmt.Errorf("repair: listing records: %w", err)
 	}
 	consumers, err := r.Consumers.List(ctx)
@@ -191,6 +205,9 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 	}
 	p.index = cidrset.NewIndex(p.a.CIDRs())
 	p.report.Records = len(recs)
+	if skipped != nil {
+		p.report.Records += skipped.Count
+	}
 
 	// Merge consumers listed twice, keeping the first-seen order.
 	var order []ipaddress.ParentRef
@@ -233,6 +250,9 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 		}
 	}
 
+	if skipped != nil {
+		p.reportUnreadable(skipped)
+	}
 	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
 	for _, rec := range recs {
 		p.records[rec.Addr] = rec
@@ -295,6 +315,31 @@ func (p *pass) pending(remaining time.Duration) {
 	}
 	if p.report.RetryAfter == 0 || remaining < p.report.RetryAfter {
 		p.report.RetryAfter = remaining
+	}
+}
+
+// reportUnreadable reports the records the listing left out, which the
+// pass can neither check nor touch: whose a record is cannot be known, so
+// deleting it could free an address a consumer holds, and writing over it
+// would lose what an operator may still recover from it.
+func (p *pass) reportUnreadable(se *store.SkippedError) {
+	for _, r := range se.Records {
+		if !r.Addr.IsValid() {
+			p.emit(Event{Kind: Failed, Err: r.Err,
+				Message: fmt.Sprintf("a record cannot be read, nor its address told: left as it is; fix or remove it by hand (%v)", r.Err)})
+			continue
+		}
+		p.unreadable[r.Addr] = true
+		held := ""
+		if h := p.holders[r.Addr]; len(h) > 0 {
+			held = "; held by " + joinRefs(h)
+		}
+		p.emit(Event{Kind: Failed, Addr: r.Addr.String(), Err: r.Err,
+			Message: fmt.Sprintf("record of %s cannot be read: left as it is, its address stays taken%s; fix or remove it by hand (%v)", r.Addr, held, r.Err)})
+	}
+	if more := se.Count - len(se.Records); more > 0 {
+		p.emit(Event{Kind: Failed, Err: fmt.Errorf("%d records: %w", more, store.ErrCorrupt),
+			Message: fmt.Sprintf("%d more records cannot be read (the store names only the first %d): left as they are; fix or remove them by hand", more, len(se.Records))})
 	}
 }
 
@@ -494,6 +539,11 @@ func (p *pass) checkConsumerAddr(ctx context.Context, ref ipaddress.ParentRef, s
 		// for later: nothing to do now.
 		return
 	}
+	if p.unreadable[a] {
+		// A record is there, reported as unreadable with its holder:
+		// whose it is cannot be told, and it stays as it is.
+		return
+	}
 	p.repair(ctx, ref, a)
 }
 
@@ -525,13 +575,24 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 			}
 		}
 	}
+	// The address is taken (a dry run, which reads the record, fails on
+	// one it cannot decode): read by whom.
+	var cur ipaddress.IPAddress
+	var gerr error
+	if errors.Is(err, allocator.ErrAllocated) || errors.Is(err, store.ErrCorrupt) {
+		cur, gerr = p.st.GetAddress(ctx, a)
+	}
 	switch {
 	case err == nil:
 		p.emit(Event{Kind: Repaired, Addr: s, Ref: ref, Message: msg})
+	case errors.Is(gerr, store.ErrCorrupt):
+		// A record the listing did not name (past the store's limit, or
+		// damaged since): taken, by whom cannot be read.
+		p.emit(Event{Kind: Failed, Addr: s, Ref: ref, Err: gerr,
+			Message: fmt.Sprintf("[%s] %s of %s has a record that cannot be read: left as it is, its address stays taken; fix or remove it by hand (%v)", fam, s, ref, gerr)})
 	case errors.Is(err, allocator.ErrAllocated):
 		// Allocated since the listing: by ref itself (a consumer
 		// written just after its allocation) or by another owner.
-		cur, gerr := p.st.GetAddress(ctx, a)
 		if gerr == nil && cur.Parent == ref {
 			return
 		}
