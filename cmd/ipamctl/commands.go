@@ -15,6 +15,7 @@ import (
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/repair"
+	"github.com/netipam/netipam/store"
 )
 
 type command struct {
@@ -459,9 +460,31 @@ func ipGet(e *env) error {
 	default:
 		recs, err = e.st.ListAddresses(e.ctx)
 	}
-	if err != nil {
+	// Records the store cannot decode hide none of the others: list
+	// those, warn of each left out, and fail (exit 1, corrupt data) so
+	// that a script does not take the list for the whole.
+	var skipped *store.SkippedError
+	if errors.As(err, &skipped) {
+		for _, r := range skipped.Records {
+			e.warn(fmt.Errorf("left out of the list: %w", r.Err))
+		}
+		if more := skipped.Count - len(skipped.Records); more > 0 {
+			e.warn(fmt.Errorf("left out of the list: %s more that cannot be read", counted(more, "record")))
+		}
+	} else if err != nil {
 		return err
 	}
+	if err := printRecords(e, recs, single); err != nil {
+		return err
+	}
+	if skipped != nil {
+		return fmt.Errorf("the list lacks %s that cannot be read (see the warnings): %w", counted(skipped.Count, "record"), store.ErrCorrupt)
+	}
+	return nil
+}
+
+// printRecords prints address records, one as an object when single.
+func printRecords(e *env, recs []ipaddress.IPAddress, single bool) error {
 	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
 	if e.out != formatTable {
 		if single {
@@ -791,7 +814,11 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 		out.RetryAfter = roundUp(rep.RetryAfter).String()
 	}
 	for _, ev := range rep.Events {
-		out.Events = append(out.Events, repairEvent{Kind: string(ev.Kind), Reason: ev.Kind.Reason(), Address: ev.Addr, Ref: ev.Ref.String(), Message: ev.Message, DryRun: ev.DryRun})
+		ref := ev.Ref.String()
+		if ev.Ref == (ipaddress.ParentRef{}) {
+			ref = "" // a record that cannot be read names no parent
+		}
+		out.Events = append(out.Events, repairEvent{Kind: string(ev.Kind), Reason: ev.Kind.Reason(), Address: ev.Addr, Ref: ref, Message: ev.Message, DryRun: ev.DryRun})
 	}
 	if e.out != formatTable {
 		return emit(e.stdout, e.out, out)
@@ -799,7 +826,7 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 	if len(out.Events) > 0 {
 		t := newTable(e.stdout, "KIND", "ADDRESS", "PARENTREF", "MESSAGE")
 		for _, ev := range out.Events {
-			t.row(ev.Kind, ev.Address, ev.Ref, ev.Message)
+			t.row(ev.Kind, orNone(ev.Address), orNone(ev.Ref), ev.Message)
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -819,6 +846,14 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 		fmt.Fprintf(e.stdout, "some records are younger than the leak grace: run again in %s\n", out.RetryAfter)
 	}
 	return nil
+}
+
+// orNone is s, or "<none>" for a table cell it would leave blank.
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
 }
 
 // counted writes n things: "1 record", "2 records", "0 records".

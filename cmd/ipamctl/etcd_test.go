@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -156,6 +157,95 @@ func TestACorruptCIDRInEtcdIsLeftOutAndSaidSo(t *testing.T) {
 	}
 	if a := c.allocateNext("services/default/web"); !netip.MustParsePrefix("10.96.0.0/28").Contains(a) {
 		t.Errorf("allocated %s, want an address of good", a)
+	}
+}
+
+// An address record whose value in etcd cannot be read (edited by hand)
+// hides none of the others: ip get lists those, warns on stderr of the key
+// it left out, with or without -v, and exits 1 (corrupt data), also with
+// -o json, whose list is still whole JSON. repair goes on with the rest (a
+// leak deleted, a missing record restored), shows the unreadable record as
+// Failed, exits 0, and leaves it as it was.
+func TestARecordInEtcdThatCannotBeReadIsLeftOutAndSaidSo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	ep := startEtcd(t)
+	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/ipamctl-test"}}
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
+	c.ok("ip", "allocate", "10.96.0.5", "--parent", "services/default/c")
+	c.ok("ip", "allocate", "10.96.0.6", "--parent", "services/default/gone")
+	etc, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// 10.96.0.5's record, with a space the store never writes.
+	const key = "/ipamctl-test/v1/ips/4/0a600005"
+	got, err := etc.Get(ctx, key)
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading %s: %v, %v", key, got, err)
+	}
+	if _, err := etc.Put(ctx, key, string(got.Kvs[0].Value)+" "); err != nil {
+		t.Fatal(err)
+	}
+	edited, err := etc.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	warned := func(what string, r result) {
+		t.Helper()
+		if !strings.Contains(r.stderr, "ipamctl: warning: left out of the list:") || !strings.Contains(r.stderr, key) ||
+			!strings.Contains(r.stderr, "ipamctl: the list lacks 1 record that cannot be read") {
+			t.Errorf("%s: stderr does not warn of %s and say the list lacks it:\n%s", what, key, r.stderr)
+		}
+	}
+	for _, verbose := range [][]string{nil, {"-v"}} {
+		r := c.run(append([]string{"ip", "get"}, verbose...)...)
+		if r.code != exitError || !strings.Contains(r.stdout, "10.96.0.1 ") || !strings.Contains(r.stdout, "10.96.0.6 ") || strings.Contains(r.stdout, "10.96.0.5") {
+			t.Errorf("ip get %v: exit %d, want %d, listing 10.96.0.1 and 10.96.0.6 only:\n%s", verbose, r.code, exitError, r.stdout)
+		}
+		warned(fmt.Sprintf("ip get %v", verbose), r)
+	}
+	r := c.run("ip", "get", "-o", "json")
+	var l list[ipObject]
+	if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || r.code != exitError || len(l.Items) != 2 {
+		t.Errorf("ip get -o json: exit %d, %v, %+v; want %d and the 2 records readable", r.code, err, l.Items, exitError)
+	}
+	warned("ip get -o json", r)
+
+	file := filepath.Join(t.TempDir(), "consumers.json")
+	consumers := `[
+  {"parentRef": "services/default/kubernetes", "addresses": ["10.96.0.1"]},
+  {"parentRef": "services/default/c", "addresses": ["10.96.0.5"]},
+  {"parentRef": "services/default/a", "addresses": ["10.96.0.7"]}
+]`
+	if err := os.WriteFile(file, []byte(consumers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := c.ok("repair", "--consumers", file, "--leak-grace", "0s")
+	rows := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			rows[f[1]] = line
+		}
+	}
+	if !strings.HasPrefix(rows["10.96.0.5"], "Failed ") || !strings.Contains(rows["10.96.0.5"], "cannot be read") || !strings.Contains(rows["10.96.0.5"], key) ||
+		!strings.HasPrefix(rows["10.96.0.6"], "Leak ") || !strings.HasPrefix(rows["10.96.0.7"], "Repaired ") || !strings.Contains(out, "3 findings") {
+		t.Errorf("repair: want 10.96.0.5 Failed (cannot be read), 10.96.0.6 Leak, 10.96.0.7 Repaired:\n%s", out)
+	}
+	after, err := etc.Get(ctx, key)
+	if err != nil || len(after.Kvs) != 1 || string(after.Kvs[0].Value) != string(edited.Kvs[0].Value) || after.Kvs[0].ModRevision != edited.Kvs[0].ModRevision {
+		t.Errorf("the unreadable record after repair: %v, %v; want it as it was", after, err)
+	}
+	var rep repairReport
+	c.json(&rep, "repair", "--consumers", file)
+	if len(rep.Events) != 1 || rep.Events[0].Kind != "Failed" || rep.Events[0].Reason != "UnknownError" || rep.Events[0].Address != "10.96.0.5" || rep.Events[0].Ref != "" || rep.Records != 3 {
+		t.Errorf("repair again -o json: %+v; want only 10.96.0.5, Failed, no parentRef, of 3 records", rep)
 	}
 }
 
