@@ -55,7 +55,8 @@ func ownerKeysOf(dump map[string]string, a []byte) []string {
 
 // FuzzCorruptAddressValue: whatever bytes the value of one address record
 // holds (damage, or a sound encoding that disagrees with the owner index),
-// a write to that address either fails, with an error matching
+// ListAddresses returns the other record, and that one or a
+// *store.SkippedError naming it; a write to that address either fails, with an error matching
 // store.ErrCorrupt, and changes nothing in the file; or succeeds and leaves
 // no trace of the old record: no owner-index entry of the address but the
 // new owner's, and every other key and value as it was (but the store
@@ -108,6 +109,20 @@ func FuzzCorruptAddressValue(f *testing.F) {
 		st, err = bolt.Open(path)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Whatever 10.0.0.7 holds, a listing returns 10.0.0.8, and 10.0.0.7
+		// either as read or named as left out.
+		recs, lerr := st.ListAddresses(ctx)
+		var se *store.SkippedError
+		switch {
+		case lerr == nil:
+			if len(recs) != 2 || recs[0].Addr != ip("10.0.0.7") || recs[1].Addr != ip("10.0.0.8") {
+				t.Fatalf("value %x: ListAddresses = %+v", val, recs)
+			}
+		case !errors.As(lerr, &se) || se.Count != 1 || se.Records[0].Addr != ip("10.0.0.7") || !errors.Is(lerr, store.ErrCorrupt):
+			t.Fatalf("value %x: ListAddresses error %v, want a *store.SkippedError of 10.0.0.7", val, lerr)
+		case len(recs) != 1 || recs[0].Addr != ip("10.0.0.8") || recs[0].Parent != svc("default", "b"):
+			t.Fatalf("value %x: ListAddresses beside 10.0.0.7 = %+v", val, recs)
 		}
 		newOwner := svc("default", "new")
 		rec, gerr := st.GetAddress(ctx, ip("10.0.0.7"))
