@@ -130,22 +130,8 @@ func TestACorruptCIDRInEtcdIsLeftOutAndSaidSo(t *testing.T) {
 	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/ipamctl-test"}}
 	c.ok("cidr", "create", "good", "10.96.0.0/28")
 	c.ok("cidr", "create", "bad", "10.97.0.0/28")
-	etc, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// A space the store never writes: read, it would be this CIDR still.
 	const key = "/ipamctl-test/v1/cidrs/bad"
-	got, err := etc.Get(ctx, key)
-	if err != nil || len(got.Kvs) != 1 {
-		t.Fatalf("reading %s: %v, %v", key, got, err)
-	}
-	if _, err := etc.Put(ctx, key, string(got.Kvs[0].Value)+" "); err != nil {
-		t.Fatal(err)
-	}
+	spoil(t, ep, key)
 	for _, verbose := range [][]string{nil, {"-v"}} {
 		r := c.run(append([]string{"cidr", "get"}, verbose...)...)
 		if r.code != 0 || !strings.Contains(r.stdout, "good") || strings.Contains(r.stdout, "bad") {
@@ -176,26 +162,8 @@ func TestARecordInEtcdThatCannotBeReadIsLeftOutAndSaidSo(t *testing.T) {
 	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
 	c.ok("ip", "allocate", "10.96.0.5", "--parent", "services/default/c")
 	c.ok("ip", "allocate", "10.96.0.6", "--parent", "services/default/gone")
-	etc, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// 10.96.0.5's record, with a space the store never writes.
-	const key = "/ipamctl-test/v1/ips/4/0a600005"
-	got, err := etc.Get(ctx, key)
-	if err != nil || len(got.Kvs) != 1 {
-		t.Fatalf("reading %s: %v, %v", key, got, err)
-	}
-	if _, err := etc.Put(ctx, key, string(got.Kvs[0].Value)+" "); err != nil {
-		t.Fatal(err)
-	}
-	edited, err := etc.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const key = "/ipamctl-test/v1/ips/4/0a600005" // 10.96.0.5's record
+	etc, edited, editedRev := spoil(t, ep, key)
 
 	warned := func(what string, r result) {
 		t.Helper()
@@ -238,8 +206,10 @@ func TestARecordInEtcdThatCannotBeReadIsLeftOutAndSaidSo(t *testing.T) {
 		!strings.HasPrefix(rows["10.96.0.6"], "Leak ") || !strings.HasPrefix(rows["10.96.0.7"], "Repaired ") || !strings.Contains(out, "3 findings") {
 		t.Errorf("repair: want 10.96.0.5 Failed (cannot be read), 10.96.0.6 Leak, 10.96.0.7 Repaired:\n%s", out)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	after, err := etc.Get(ctx, key)
-	if err != nil || len(after.Kvs) != 1 || string(after.Kvs[0].Value) != string(edited.Kvs[0].Value) || after.Kvs[0].ModRevision != edited.Kvs[0].ModRevision {
+	if err != nil || len(after.Kvs) != 1 || string(after.Kvs[0].Value) != edited || after.Kvs[0].ModRevision != editedRev {
 		t.Errorf("the unreadable record after repair: %v, %v; want it as it was", after, err)
 	}
 	var rep repairReport
@@ -446,4 +416,30 @@ func TestAnEtcdOverTLSIsUsedWithItsFlagsAndItsRefusalsNamed(t *testing.T) {
 		t.Errorf("the error shows the password: %q", r.stderr)
 	}
 	(&cli{t: t, store: asRoot}).fail(exitUsage, etcdPasswordEnv, "cidr", "get")
+}
+
+// spoil appends a space, which the store never writes, to the value of
+// key in the etcd at ep, so that the store can no longer read it (read, it
+// would be what it was). It returns a client on ep, closed with the test,
+// and the key's value and revision after the edit.
+func spoil(t *testing.T, ep, key string) (etc *clientv3.Client, value string, rev int64) {
+	t.Helper()
+	etc, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etc.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := etc.Get(ctx, key)
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading %s: %v, %v", key, got, err)
+	}
+	if _, err := etc.Put(ctx, key, string(got.Kvs[0].Value)+" "); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = etc.Get(ctx, key); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading %s back: %v, %v", key, got, err)
+	}
+	return etc, string(got.Kvs[0].Value), got.Kvs[0].ModRevision
 }
