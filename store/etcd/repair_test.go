@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/netipam/netipam/allocator"
@@ -46,20 +47,7 @@ func TestRepairOverEtcdNeverHandsAConsumersAddressToAnother(t *testing.T) {
 // leaks, wrong references, missing records in a live and in a Terminating
 // CIDR.
 func TestRepairDryRunOverEtcdWritesNothing(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cli := c.newClient(t)
-	st, err := New(cli, WithPrefix("/dry"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	ctx, cli, _, a := newRepairRig(t, "/dry")
 	for name, p := range map[string]string{"live": "10.0.0.0/24", "old": "10.1.0.0/24", "six": "fd00::/64"} {
 		if _, err := a.CreateCIDR(ctx, name, netip.MustParsePrefix(p)); err != nil {
 			t.Fatal(err)
@@ -123,20 +111,7 @@ func TestRepairDryRunOverEtcdWritesNothing(t *testing.T) {
 // (store.MaxSkipped), which the pass meets only when it would restore it,
 // in a dry run too.
 func TestRepairGoesOnBesideRecordsItCannotRead(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cli := c.newClient(t)
-	st, err := New(cli, WithPrefix("/unreadable"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	ctx, cli, st, a := newRepairRig(t, "/unreadable")
 	if _, err := a.CreateCIDR(ctx, "live", netip.MustParsePrefix("10.0.0.0/16")); err != nil {
 		t.Fatal(err)
 	}
@@ -286,4 +261,25 @@ func TestRepairGoesOnBesideRecordsItCannotRead(t *testing.T) {
 	if after := raw(); !maps.Equal(after, before) {
 		t.Fatalf("unreadable records changed: %v, were %v", after, before)
 	}
+}
+
+// newRepairRig starts a one-member cluster and returns a context of a
+// minute, a client, a store on prefix and an allocator over it, all ended
+// with the test.
+func newRepairRig(t *testing.T, prefix string) (context.Context, *clientv3.Client, *Store, *allocator.Allocator) {
+	t.Helper()
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	ctx := testCtx(t, time.Minute)
+	cli := c.newClient(t)
+	st, err := New(cli, WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return ctx, cli, st, a
 }
