@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"testing"
@@ -59,18 +60,7 @@ func TestCloseWaitsForACreateEtcdApplied(t *testing.T) {
 // says the store was closed.
 func TestACallCutShortByCloseIsErrClosed(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
-	c := startCluster(t, 1)
-	px := startProxy(t, c.members[0].client.Host)
-	s, err := New(c.newClient(t, "http://"+px.Addr()), WithPrefix("/cut"), WithCloseClient())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.closeWait = 100 * time.Millisecond
-	if _, err := s.GetCIDR(ctx, "warm"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatal(err)
-	}
-	px.HoldReplies()
-	defer px.ReleaseReplies()
+	s, _ := newCutRig(t, ctx, "/cut")
 	got := make(chan error, 1)
 	go func() { _, err := s.GetCIDR(ctx, "x"); got <- err }()
 	time.Sleep(200 * time.Millisecond)
@@ -86,23 +76,7 @@ func TestACallCutShortByCloseIsErrClosed(t *testing.T) {
 // store.ErrOutcomeUnknown as well as store.ErrClosed.
 func TestAWriteCutShortByCloseIsOutcomeUnknown(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
-	c := startCluster(t, 1)
-	px := startProxy(t, c.members[0].client.Host)
-	s, err := New(c.newClient(t, "http://"+px.Addr()), WithPrefix("/cut-write"), WithCloseClient())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.closeWait = 100 * time.Millisecond
-	other, err := New(c.newClient(t), WithPrefix("/cut-write"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, err := s.GetCIDR(ctx, "warm"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatal(err)
-	}
-	px.HoldReplies()
-	defer px.ReleaseReplies()
+	s, other := newCutRig(t, ctx, "/cut-write")
 	got := make(chan error, 1)
 	go func() {
 		_, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: "cut", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
@@ -204,4 +178,31 @@ func TestANestedPrefixIsRefusedAndNestedKeysIgnored(t *testing.T) {
 	if _, cidrs, _ := m2.state(); len(cidrs) != 2 {
 		t.Fatalf("a snapshot beside nested keys sees %v, want a and c only", cidrs)
 	}
+}
+
+// newCutRig returns a store on prefix whose client reaches a one-member
+// cluster through a proxy now holding every reply, so that the next call
+// waits until Close cuts it short (after 100 ms), and a store on the same
+// prefix on a client of its own, to look with. The connection is up: a
+// call was answered before the replies were held.
+func newCutRig(t *testing.T, ctx context.Context, prefix string) (s, other *Store) {
+	t.Helper()
+	c := startCluster(t, 1)
+	px := startProxy(t, c.members[0].client.Host)
+	s, err := New(c.newClient(t, "http://"+px.Addr()), WithPrefix(prefix), WithCloseClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.closeWait = 100 * time.Millisecond
+	other, err = New(c.newClient(t), WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	if _, err := s.GetCIDR(ctx, "warm"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
+	px.HoldReplies()
+	t.Cleanup(px.ReleaseReplies)
+	return s, other
 }

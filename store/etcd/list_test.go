@@ -51,15 +51,7 @@ func (k *compactingKV) Get(ctx context.Context, key string, opts ...clientv3.OpO
 // of the owner index, must each return every record.
 func TestListingsRetryAfterCompactionBetweenPages(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
-	c := startCluster(t, 1)
-	cli := c.newClient(t)
-	kv := &compactingKV{KV: cli.KV}
-	cli.KV = kv
-	s, err := New(cli, WithPrefix("/pages"), WithPageSize(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, kv, s := newPagedStore(t, "/pages")
 	var want []netip.Addr
 	for i := 1; i <= 7; i++ {
 		want = append(want, v4(i))
@@ -116,15 +108,7 @@ func TestListingsRetryAfterCompactionBetweenPages(t *testing.T) {
 // rest. Nothing listed is changed.
 func TestListAddressesReturnsTheRecordsBesideOnesItCannotDecode(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
-	c := startCluster(t, 1)
-	cli := c.newClient(t)
-	kv := &compactingKV{KV: cli.KV}
-	cli.KV = kv
-	s, err := New(cli, WithPrefix("/skip"), WithPageSize(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	cli, kv, s := newPagedStore(t, "/skip")
 	mustCreate(t, ctx, s, v4(1), v4(2), v4(3), v4(4), netip.MustParseAddr("fd00::1"))
 	// 10.0.0.2 edited by hand (a space: not what the store writes), a
 	// key that is no address, on the first and the last page.
@@ -194,4 +178,22 @@ func TestListAddressesReturnsTheRecordsBesideOnesItCannotDecode(t *testing.T) {
 	if !strings.HasSuffix(err.Error(), "and 5 more") {
 		t.Errorf("error %q does not count the keys it does not name", err)
 	}
+}
+
+// newPagedStore returns a store on prefix that lists in pages of 2 keys,
+// over a one-member cluster, its client, and the client's KV, which can
+// compact the history between two pages; the store is closed with the
+// test.
+func newPagedStore(t *testing.T, prefix string) (*clientv3.Client, *compactingKV, *Store) {
+	t.Helper()
+	c := startCluster(t, 1)
+	cli := c.newClient(t)
+	kv := &compactingKV{KV: cli.KV}
+	cli.KV = kv
+	s, err := New(cli, WithPrefix(prefix), WithPageSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return cli, kv, s
 }
