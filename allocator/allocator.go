@@ -134,6 +134,9 @@ type Allocator struct {
 	// mostFree holds MostFree's choice per family, when that is the
 	// policy; nil otherwise.
 	mostFree [2]*freeTree
+	// validScope is the scope of the last owner whose scope passed
+	// validation (ownerValidLocked), Name empty; zero before the first.
+	validScope ipaddress.ParentRef
 	// scratch for allocations over a locked store, used under mu.
 	recBuf   [2]ipaddress.IPAddress
 	fenceBuf [2]store.Fence
@@ -415,11 +418,11 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	if a.knownFull(r) {
 		return rec, true, ErrFull
 	}
-	if owner.Validate() != nil {
-		return rec, false, nil // allocateOnce finds whether the range is full
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.ownerValidLocked(owner) {
+		return rec, false, nil // allocateOnce finds whether the range is full
+	}
 	var c choice
 	if r.addr.IsValid() {
 		c, err = a.chooseStaticLocked(r.addr)
@@ -436,6 +439,19 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	a.addressChangedLocked(store.AddressPut, c.addr)
 	a.advanceLocked(rev)
 	return ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}, true, nil
+}
+
+// ownerValidLocked reports whether owner.Validate would return nil,
+// checking its scope only when it is not the last one that passed: most
+// allocations are for owners of one resource in a few namespaces.
+func (a *Allocator) ownerValidLocked(owner ipaddress.ParentRef) bool {
+	if s := &a.validScope; owner.Group != s.Group || owner.Resource != s.Resource || owner.Namespace != s.Namespace || s.Resource == "" {
+		if owner.ValidateScope() != nil {
+			return false
+		}
+		*s = ipaddress.ParentRef{Group: owner.Group, Resource: owner.Resource, Namespace: owner.Namespace}
+	}
+	return owner.ValidateName() == nil
 }
 
 // request is one address of an allocation: addr for static, else family.

@@ -1066,6 +1066,50 @@ func TestInvalidInputIsATypedError(t *testing.T) {
 
 func errOf[T any](_ T, err error) error { return err }
 
+// The allocator checks an owner's scope only when it differs from the last
+// one that passed: a remembered scope must never let an invalid owner
+// through, whether its name, its scope, or a field the first owner left
+// empty is wrong, in any order of valid and invalid requests.
+func TestEveryOwnerIsValidatedWhateverTheScopeBeforeIt(t *testing.T) {
+	ctx := context.Background()
+	ref := func(group, resource, ns, name string) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Group: group, Resource: resource, Namespace: ns, Name: name}
+	}
+	steps := []struct {
+		owner ipaddress.ParentRef
+		valid bool
+	}{
+		{ref("", "", "", "a"), false}, // the zero scope, first: nothing remembered matches it
+		{ref("", "", "default", "a"), false},
+		{ref("", "services", "default", "a"), true},
+		{ref("", "services", "default", "Bad_Name"), false},
+		{ref("", "services", "Default", "b"), false},
+		{ref("", "services", "Default", "b2"), false}, // a scope that failed is not remembered
+		{ref("", "", "default", "c"), false},
+		{ref("", "services", "", "d"), true},
+		{ref("", "services", "default", ""), false},
+		{ref("Bad.Group", "services", "default", "e"), false},
+		{ref("example.com", "widgets", "kube-system", "f"), true},
+		{ref("example.com", "widgets", "kube-system", "-f"), false},
+		{ref("example.com", "Widgets", "kube-system", "g"), false},
+		{ref("", "services", "default", "h"), true},
+	}
+	for _, static := range []bool{false, true} {
+		a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})
+		for i, s := range steps {
+			var err error
+			if static {
+				_, err = a.Allocate(ctx, netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)}), s.owner)
+			} else {
+				_, err = a.AllocateNext(ctx, ipaddress.IPv4, s.owner)
+			}
+			if want := s.owner.Validate(); (err == nil) != s.valid || !s.valid && (!errors.Is(err, allocator.ErrInvalid) || err.Error() != want.Error()) {
+				t.Errorf("static=%v, step %d, %#v: %v, want valid=%v (Validate: %v)", static, i, s.owner, err, s.valid, want)
+			}
+		}
+	}
+}
+
 // unlockedStore hides the memory store's store.Locked side, so that an
 // allocator over it takes the path it takes over a remote store: its own
 // lock, choices marked in flight, created records applied at once.

@@ -214,34 +214,72 @@ func ParseParentRef(s string) (ParentRef, error) {
 // must be a DNS-1123 label; Group, when set, a DNS-1123 subdomain. Errors
 // name the fields "spec.parentRef.group", "spec.parentRef.resource",
 // "spec.parentRef.namespace" and "spec.parentRef.name", in that order.
+//
+// Validate is ValidateScope and ValidateName together: p is valid exactly
+// when both report nil.
 func (p ParentRef) Validate() error {
-	if p.valid() {
+	if p.scopeValid() && p.nameValid() {
 		return nil // the common case, checked without building errors
 	}
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if p.Group != "" {
-		add(ValidateDNS1123Subdomain(fieldParentRef+".group", p.Group))
-	}
-	add(ValidateDNS1123Label(fieldParentRef+".resource", p.Resource))
-	if p.Namespace != "" {
-		add(ValidateDNS1123Label(fieldParentRef+".namespace", p.Namespace))
-	}
-	add(ValidateDNS1123Subdomain(fieldParentRef+".name", p.Name))
-	return joinErrs(flatten(errs))
+	return joinErrs(flatten(append(p.scopeErrs(), p.nameErrs()...)))
 }
 
-// valid is Validate's verdict alone: the same rules, through the same
-// predicates.
-func (p ParentRef) valid() bool {
+// ValidateScope reports whether p's scope, its Group, Resource and
+// Namespace, is valid, by Validate's rules and with its errors. Owners
+// that share a scope (the Services of one namespace) need it checked once:
+// an allocator remembers the last scope that passed.
+func (p ParentRef) ValidateScope() error {
+	if p.scopeValid() {
+		return nil
+	}
+	return joinErrs(flatten(p.scopeErrs()))
+}
+
+// ValidateName reports whether p's Name is valid, by Validate's rules and
+// with its errors.
+func (p ParentRef) ValidateName() error {
+	if p.nameValid() {
+		return nil
+	}
+	return joinErrs(flatten(p.nameErrs()))
+}
+
+// scopeValid and nameValid are the verdicts alone: the same rules as
+// scopeErrs and nameErrs, through the same predicates, without building
+// errors.
+func (p ParentRef) scopeValid() bool {
 	return (p.Group == "" || len(p.Group) <= maxSubdomainLen && isSubdomain(p.Group)) &&
 		len(p.Resource) <= maxLabelLen && isLabel(p.Resource) &&
-		(p.Namespace == "" || len(p.Namespace) <= maxLabelLen && isLabel(p.Namespace)) &&
-		len(p.Name) <= maxSubdomainLen && isSubdomain(p.Name)
+		(p.Namespace == "" || len(p.Namespace) <= maxLabelLen && isLabel(p.Namespace))
+}
+
+func (p ParentRef) nameValid() bool {
+	return len(p.Name) <= maxSubdomainLen && isSubdomain(p.Name)
+}
+
+// scopeErrs returns the errors of p's scope, in field order.
+func (p ParentRef) scopeErrs() []error {
+	var errs []error
+	if p.Group != "" {
+		errs = appendErr(errs, ValidateDNS1123Subdomain(fieldParentRef+".group", p.Group))
+	}
+	errs = appendErr(errs, ValidateDNS1123Label(fieldParentRef+".resource", p.Resource))
+	if p.Namespace != "" {
+		errs = appendErr(errs, ValidateDNS1123Label(fieldParentRef+".namespace", p.Namespace))
+	}
+	return errs
+}
+
+// nameErrs returns the errors of p's name.
+func (p ParentRef) nameErrs() []error {
+	return appendErr(nil, ValidateDNS1123Subdomain(fieldParentRef+".name", p.Name))
+}
+
+func appendErr(errs []error, err error) []error {
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 // flatten expands joined errors one level, so that the result of

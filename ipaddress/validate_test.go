@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -343,8 +344,20 @@ func TestNameChecksMatchTheGrammar(t *testing.T) {
 			rt.Fatalf("isSubdomain(%q) = %v, want %v", s, got, want)
 		}
 		p := ParentRef{Group: gen.Draw(rt, "group"), Resource: gen.Draw(rt, "resource"), Namespace: gen.Draw(rt, "namespace"), Name: s}
-		if p.valid() != (p.Validate() == nil) {
-			rt.Fatalf("%#v: valid() = %v, Validate() = %v", p, p.valid(), p.Validate())
+		// The quick verdicts agree with the errors, and Validate is the
+		// scope's and the name's checks together, errors in field order.
+		if p.scopeValid() != (len(p.scopeErrs()) == 0) {
+			rt.Fatalf("%#v: scopeValid() = %v, scopeErrs() = %v", p, p.scopeValid(), p.scopeErrs())
+		}
+		if p.nameValid() != (len(p.nameErrs()) == 0) {
+			rt.Fatalf("%#v: nameValid() = %v, nameErrs() = %v", p, p.nameValid(), p.nameErrs())
+		}
+		want := append(FieldErrors(p.ValidateScope()), FieldErrors(p.ValidateName())...)
+		if got := FieldErrors(p.Validate()); !slices.EqualFunc(got, want, func(a, b *FieldError) bool { return *a == *b }) {
+			rt.Fatalf("%#v: Validate() = %v, want ValidateScope() then ValidateName(): %v", p, got, want)
+		}
+		if (p.Validate() == nil) != (p.ValidateScope() == nil && p.ValidateName() == nil) {
+			rt.Fatalf("%#v: Validate() = %v, ValidateScope() = %v, ValidateName() = %v", p, p.Validate(), p.ValidateScope(), p.ValidateName())
 		}
 	})
 }
