@@ -330,36 +330,36 @@ func (a *Allocator) Store() store.Store { return a.st }
 // AllocateNext allocates a free address of family f to owner, from a live
 // CIDR chosen by the Policy, in its upper band first (KEP-3070). On a
 // full family it fails with ErrFull whatever the owner.
-func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (rec ipaddress.IPAddress, err error) {
 	if err := a.checkOpen(); err != nil {
-		return ipaddress.IPAddress{}, err
+		return rec, err
 	}
 	if a.locked != nil && a.cfg.observer == nil {
-		if rec, done, err := a.allocateOneLocked(ctx, owner, request{family: f}); done {
+		if done, err := a.allocateOneLocked(ctx, owner, request{family: f}, &rec); done {
 			return rec, err
 		}
 	}
 	var out results
-	err := a.allocate(ctx, owner, []request{{family: f}}, false, &out)
+	err = a.allocate(ctx, owner, []request{{family: f}}, false, &out)
 	return out[0], err
 }
 
 // Allocate allocates addr to owner. addr must be inside a live CIDR; the
 // lower band may be used.
-func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (rec ipaddress.IPAddress, err error) {
 	if err := a.checkOpen(); err != nil {
-		return ipaddress.IPAddress{}, err
+		return rec, err
 	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
-		return ipaddress.IPAddress{}, err
+		return rec, err
 	}
 	if a.locked != nil && a.cfg.observer == nil {
-		if rec, done, err := a.allocateOneLocked(ctx, owner, request{addr: addr}); done {
+		if done, err := a.allocateOneLocked(ctx, owner, request{addr: addr}, &rec); done {
 			return rec, err
 		}
 	}
 	var out results
-	err := a.allocate(ctx, owner, []request{{addr: addr}}, false, &out)
+	err = a.allocate(ctx, owner, []request{{addr: addr}}, false, &out)
 	return out[0], err
 }
 
@@ -409,19 +409,21 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 // here rather than through the watch. Under the store's lock the index is
 // exact, so the store refuses the choice only if something is amiss, or a
 // static address is taken; done is then false and the general path, which
-// retries, maps the refusal and reports, takes over.
-func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.ParentRef, r request) (rec ipaddress.IPAddress, done bool, err error) {
+// retries, maps the refusal and reports, takes over. The record goes to
+// *out, the caller's result, when done without error; *out is left as it
+// was otherwise.
+func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.ParentRef, r request, out *ipaddress.IPAddress) (done bool, err error) {
 	// The order of allocateOnce, whose doc says why.
 	if err := ctx.Err(); err != nil {
-		return rec, true, err
+		return true, err
 	}
 	if a.knownFull(r) {
-		return rec, true, ErrFull
+		return true, ErrFull
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.ownerValidLocked(owner) {
-		return rec, false, nil // allocateOnce finds whether the range is full
+		return false, nil // allocateOnce finds whether the range is full
 	}
 	var c choice
 	if r.addr.IsValid() {
@@ -430,15 +432,16 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 		c, err = a.chooseNextLocked(r.family, nil)
 	}
 	if err != nil {
-		return rec, true, err
+		return true, err
 	}
 	rev, created, err := a.locked.CreateAddressLocked(c.addr, owner, c.fence, a.self)
 	if err != nil {
-		return rec, false, nil
+		return false, nil
 	}
 	a.addressChangedLocked(store.AddressPut, c.addr)
 	a.advanceLocked(rev)
-	return ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}, true, nil
+	*out = ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}
+	return true, nil
 }
 
 // ownerValidLocked reports whether owner.Validate would return nil,
