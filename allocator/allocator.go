@@ -192,6 +192,7 @@ type pool struct {
 	first, last u128.U128 // host range
 	lowerLast   u128.U128 // last of the lower band, when hasLower
 	hasLower    bool
+	upperFirst  u128.U128 // first of the upper band: first, or lowerLast+1
 	size        u128.U128 // addresses offered
 	used        u128.U128 // allocated within [first, last]
 	excluded    u128.U128 // excluded within [first, last]
@@ -948,11 +949,11 @@ func (a *Allocator) nextInPoolLocked(pl *pool, skip []netip.Addr) (u128.U128, bo
 	if pl.knownFull() {
 		return u128.U128{}, false
 	}
-	upperFirst := pl.first
-	if pl.hasLower {
-		upperFirst = pl.lowerLast.Inc()
+	if pl.bits != nil && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 {
+		// Nothing to step over: the bitmap alone answers (used.go).
+		return a.nextInDenseLocked(pl)
 	}
-	if x, ok := a.searchBandLocked(pl, upperFirst, pl.last, skip); ok {
+	if x, ok := a.searchBandLocked(pl, pl.upperFirst, pl.last, skip); ok {
 		return x, true
 	}
 	if pl.hasLower {

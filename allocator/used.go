@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/internal/bitmap"
 	"github.com/netipam/netipam/internal/u128"
 )
@@ -363,5 +364,33 @@ func (a *Allocator) countLocked(pl *pool) {
 	}
 	for lo, hi := range a.excluded[pl.fam].Ranges(pl.first, pl.last) {
 		pl.excludedUsed = pl.excludedUsed.Add(a.usedCountLocked(pl.fam, lo, hi))
+	}
+}
+
+// nextInDenseLocked is nextInPoolLocked for a dense pool with no excluded
+// address, none pending and none to skip, where a free address is a clear
+// bit: the same search (upper band from the strategy's start, wrapping,
+// then the lower band), in offsets from pl.first, which fit in 64 bits.
+func (a *Allocator) nextInDenseLocked(pl *pool) (u128.U128, bool) {
+	lo, hi := pl.upperFirst.Lo-pl.first.Lo, pl.size.Lo-1
+	for {
+		n := hi - lo + 1
+		off := u128.U128(a.cfg.strategy.Start(cidrset.Count{Lo: n}))
+		if off.Hi != 0 || off.Lo >= n {
+			off.Lo = off.Mod64(n) // a Strategy past its contract
+		}
+		start := lo + off.Lo
+		if x, ok := pl.bits.NextClear(start, hi); ok {
+			return pl.first.Add64(x), true
+		}
+		if start != lo {
+			if x, ok := pl.bits.NextClear(lo, start-1); ok {
+				return pl.first.Add64(x), true
+			}
+		}
+		if lo == 0 { // the lower band, or no band below
+			return u128.U128{}, false
+		}
+		lo, hi = 0, lo-1
 	}
 }

@@ -315,6 +315,10 @@ func (a *Allocator) newPoolLocked(p netip.Prefix) *pool {
 		pl.first = u128.FromAddr(lower.From())
 		pl.lowerLast = u128.FromAddr(lower.To())
 	}
+	pl.upperFirst = pl.first
+	if hasLower {
+		pl.upperFirst = pl.lowerLast.Inc()
+	}
 	pl.size = pl.last.Sub(pl.first).Inc()
 	pl.excluded = a.excluded[pl.fam].Count(pl.first, pl.last)
 	a.countLocked(pl)
