@@ -98,6 +98,17 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 // markUsedLocked adds addr to the used addresses and its pools' counters.
 func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
+	if pl := a.lastAlone[fam][0]; pl != nil && pl.bits != nil && pl.excluded.IsZero() && pl.contains(x) {
+		// The common write, into the pool written last, the only one
+		// holding x, with a bit for it and no excluded address to count.
+		if pl.bits.Set(x.Lo - pl.first.Lo) {
+			if pl.used = pl.used.Inc(); pl.used == pl.size {
+				a.fullnessChangedLocked(pl, true)
+			}
+			a.countChangedLocked(pl)
+		}
+		return
+	}
 	pools, dense := a.poolsHolding(fam, x)
 	added := false
 	for _, pl := range pools {
@@ -163,6 +174,20 @@ func (a *Allocator) excludedIn(pools []*pool, x u128.U128) bool {
 // Terminating CIDRs containing it checked again.
 func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
+	if pl := a.lastAlone[fam][0]; pl != nil && pl.bits != nil && pl.excluded.IsZero() && pl.contains(x) {
+		// markUsedLocked's common write, undone.
+		if pl.bits.Clear(x.Lo - pl.first.Lo) {
+			wasFull := pl.used == pl.size
+			if pl.used = pl.used.Dec(); wasFull {
+				a.fullnessChangedLocked(pl, false)
+			}
+			a.countChangedLocked(pl)
+			for _, name := range pl.dying {
+				a.recheckLocked(name)
+			}
+		}
+		return
+	}
 	pools, dense := a.poolsHolding(fam, x)
 	removed := false
 	for _, pl := range pools {

@@ -1,0 +1,148 @@
+package allocator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"go4.org/netipx"
+	"pgregory.net/rapid"
+
+	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/u128"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store/memory"
+)
+
+// TestWritesKeepThePoolCounters puts and deletes addresses, in runs in one
+// pool as the allocation path does (where markUsedLocked and markFreeLocked
+// take their shortcut for the pool written last), filling pools up and
+// emptying them, over a pool alone or overlapped by another, with or
+// without an excluded address and under OldestFirst or MostFree; after
+// every step the counters, open marks, full flags and MostFree's tree
+// must equal a scan (checkDerivedLocked), and so must each pool's count
+// of used excluded addresses.
+func TestWritesKeepThePoolCounters(t *testing.T) {
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
+	// Addresses of 10.0.0.0/27, which holds 10.0.0.0/28, and of
+	// 10.0.1.0/29, alone.
+	var addrs []netip.Addr
+	for i := 1; i <= 30; i++ {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}))
+	}
+	for i := 1; i <= 6; i++ {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}))
+	}
+	excludedAddr := netip.MustParseAddr("10.0.0.3")
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		st := memory.New()
+		var opts []Option
+		if rapid.Bool().Draw(rt, "mostFree") {
+			opts = append(opts, WithPolicy(MostFree()))
+		}
+		excluded := rapid.Bool().Draw(rt, "excluded")
+		if excluded {
+			opts = append(opts, WithExcluded(netipx.IPRangeFrom(excludedAddr, excludedAddr)))
+		}
+		a, err := New(ctx, st, opts...)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer a.Close()
+		cidrs := map[string]netip.Prefix{"small": netip.MustParsePrefix("10.0.0.0/28"), "apart": netip.MustParsePrefix("10.0.1.0/29")}
+		if rapid.Bool().Draw(rt, "overlapped") {
+			cidrs["wide"] = netip.MustParsePrefix("10.0.0.0/27")
+		}
+		for name, p := range cidrs {
+			if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{p}}); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		put := func(x netip.Addr) {
+			_, _ = st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: x, Parent: owner}})
+		}
+		del := func(x netip.Addr) { _, _, _ = st.DeleteAddress(ctx, x) }
+		addrOf := rapid.SampledFrom(addrs)
+		rt.Repeat(map[string]func(*rapid.T){
+			"put":    func(rt *rapid.T) { put(addrOf.Draw(rt, "addr")) },
+			"delete": func(rt *rapid.T) { del(addrOf.Draw(rt, "addr")) },
+			"fill": func(rt *rapid.T) {
+				// A run of puts, up to a pool's last address: full.
+				from := rapid.IntRange(0, len(addrs)-1).Draw(rt, "from")
+				for _, x := range addrs[from:] {
+					put(x)
+				}
+			},
+			"empty": func(rt *rapid.T) {
+				from := rapid.IntRange(0, len(addrs)-1).Draw(rt, "from")
+				for _, x := range addrs[from:] {
+					del(x)
+				}
+			},
+			"": func(rt *rapid.T) {
+				used, err := st.ListAddresses(ctx)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if err := a.checkDerivedLocked(used); err != nil {
+					rt.Fatal(err)
+				}
+				for _, pl := range a.poolList[0] {
+					var want u128.U128
+					for _, r := range used {
+						if x := u128.FromAddr(r.Addr); excluded && r.Addr == excludedAddr && pl.contains(x) {
+							want = want.Inc()
+						}
+					}
+					if pl.excludedUsed != want {
+						rt.Fatalf("pool %s counts %v used excluded addresses, the store holds %v", pl.prefix, pl.excludedUsed, want)
+					}
+				}
+			},
+		})
+	})
+}
+
+// A release another allocator made, which reaches this one through the
+// watch, into the pool written last (markFreeLocked's shortcut), has the
+// Terminating CIDR of that pool checked again: it may be free to go.
+func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	a, err := New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	p := netip.MustParsePrefix("10.0.0.0/24")
+	if _, err := a.CreateCIDR(ctx, "old", p); err != nil {
+		t.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
+	r, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "old"); err == nil {
+		t.Fatal("DeleteCIDR of a CIDR holding an address succeeded")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pl := a.pools[p]
+	if pl == nil || a.lastAlone[0][0] != pl || pl.bits == nil || !pl.excluded.IsZero() || fmt.Sprint(pl.dying) != "[old]" {
+		t.Fatalf("the pool of %s is not the one markFreeLocked's shortcut serves, dying in old", p)
+	}
+	clear(a.recheck)
+	// Deleted as another allocator would: this one hears of it through
+	// its watcher, under the lock, before the reconciler can read recheck.
+	if _, err := a.locked.DeleteAddressLocked(r.Addr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.recheck["old"]; !ok {
+		t.Fatalf("after the release of %s, recheck = %v; want old in it", r.Addr, a.recheck)
+	}
+}
