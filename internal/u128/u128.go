@@ -6,6 +6,7 @@
 package u128
 
 import (
+	"encoding/binary"
 	"math/big"
 	"math/bits"
 	"net/netip"
@@ -25,36 +26,26 @@ func From64(v uint64) U128 { return U128{Lo: v} }
 // FromAddr returns the numeric value of a. An IPv4 address maps to its 32-bit
 // value. The zone is ignored.
 func FromAddr(a netip.Addr) U128 {
-	if a.Is4() {
-		b := a.As4()
-		return U128{Lo: uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])}
-	}
+	// As16 serves both families (IPv4 as ::ffff:a.b.c.d) and, unlike As4,
+	// has no panic to prepare for: the call costs half as much.
 	b := a.As16()
-	return U128{Hi: be64(b[:8]), Lo: be64(b[8:])}
+	if a.Is4() {
+		return U128{Lo: uint64(binary.BigEndian.Uint32(b[12:]))}
+	}
+	return U128{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
 }
 
 // Addr returns u as an IPv4 address (low 32 bits) when is4, else as IPv6.
 func (u U128) Addr(is4 bool) netip.Addr {
 	if is4 {
-		v := uint32(u.Lo)
-		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(u.Lo))
+		return netip.AddrFrom4(b)
 	}
 	var b [16]byte
-	put64(b[:8], u.Hi)
-	put64(b[8:], u.Lo)
+	binary.BigEndian.PutUint64(b[:8], u.Hi)
+	binary.BigEndian.PutUint64(b[8:], u.Lo)
 	return netip.AddrFrom16(b)
-}
-
-func be64(b []byte) uint64 {
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
-}
-
-func put64(b []byte, v uint64) {
-	for i := 7; i >= 0; i-- {
-		b[i] = byte(v)
-		v >>= 8
-	}
 }
 
 // IsZero reports whether u == 0.
@@ -209,5 +200,5 @@ func (u U128) Mod(m U128) U128 {
 	r := new(big.Int).Mod(u.Big(), m.Big())
 	var b [16]byte
 	r.FillBytes(b[:])
-	return U128{Hi: be64(b[:8]), Lo: be64(b[8:])}
+	return U128{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
 }

@@ -64,6 +64,36 @@ func TestAddrRoundTrip(t *testing.T) {
 	}
 }
 
+// Any address goes to its value and back, zone aside; IPv4 to its 32
+// bits, never to its IPv4-mapped form.
+func TestAddrRoundTripsAtRandom(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var b16 [16]byte
+		copy(b16[:], rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "bytes"))
+		v6 := netip.AddrFrom16(b16)
+		if got := FromAddr(v6).Addr(false); got != v6 {
+			t.Fatalf("round trip of %s = %s", v6, got)
+		}
+		if u := FromAddr(v6); u.Hi != uint64(b16[0])<<56|uint64(b16[1])<<48|uint64(b16[2])<<40|uint64(b16[3])<<32|uint64(b16[4])<<24|uint64(b16[5])<<16|uint64(b16[6])<<8|uint64(b16[7]) {
+			t.Fatalf("FromAddr(%s).Hi = %#x", v6, u.Hi)
+		}
+		if got := FromAddr(v6.WithZone("eth0")); got != FromAddr(v6) {
+			t.Fatalf("the zone changed the value of %s", v6)
+		}
+		v4 := netip.AddrFrom4([4]byte(b16[:4]))
+		u := FromAddr(v4)
+		if want := uint64(b16[0])<<24 | uint64(b16[1])<<16 | uint64(b16[2])<<8 | uint64(b16[3]); u != From64(want) {
+			t.Fatalf("FromAddr(%s) = %#x, want %#x", v4, u.Lo, want)
+		}
+		if got := u.Addr(true); got != v4 {
+			t.Fatalf("round trip of %s = %s", v4, got)
+		}
+	})
+	if !FromAddr(netip.Addr{}).IsZero() {
+		t.Fatal("the zero Addr is not 0")
+	}
+}
+
 func TestRandBelowStaysBelow(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := gen().Draw(t, "n")
