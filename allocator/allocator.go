@@ -843,23 +843,27 @@ func (a *Allocator) liveIndexLocked(fam int, p netip.Prefix) (int, bool) {
 // first is the one to blame if all are full.
 func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr) (choice, error) {
 	live, open := a.live[fam], &a.open[fam]
-	for _, span := range [2][2]int{{first, len(live)}, {0, first}} {
-		for i := open.next(span[0]); i >= 0 && i < span[1]; i = open.next(i + 1) {
-			if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
-				return live[i].choice(x), nil
-			}
+	// From first to the end, then from the start up to first.
+	for i := open.next(first); i >= 0; i = open.next(i + 1) {
+		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
+			return live[i].choice(x), nil
+		}
+	}
+	for i := open.next(0); i >= 0 && i < first; i = open.next(i + 1) {
+		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
+			return live[i].choice(x), nil
 		}
 	}
 	return live[first].full(), ErrFull
 }
 
-func (l liveSource) choice(x u128.U128) choice {
+func (l *liveSource) choice(x u128.U128) choice {
 	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
 // full is the choice of l when it has no free address: no address, only
 // the CIDR, for the observer.
-func (l liveSource) full() choice {
+func (l *liveSource) full() choice {
 	return choice{fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
