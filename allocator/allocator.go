@@ -921,8 +921,9 @@ func (a *Allocator) freeLocked(pl *pool) u128.U128 {
 
 // countChangedLocked follows a change of pl's used count.
 func (a *Allocator) countChangedLocked(pl *pool) {
-	if t := a.mostFree[pl.fam]; t != nil && pl.liveAt >= 0 {
-		t.update(pl.liveAt, a.freeLocked(pl))
+	// Small enough to inline: without MostFree, a write pays one compare.
+	if a.mostFree[pl.fam] != nil {
+		a.mostFreeCountChangedLocked(pl)
 	}
 }
 

@@ -57,3 +57,11 @@ func (t *freeTree) update(i int, free u128.U128) {
 // best returns the place in live of MostFree's choice; live must not be
 // empty.
 func (t *freeTree) best() int { return t.at[1] }
+
+// mostFreeCountChangedLocked is countChangedLocked under MostFree: pl's
+// leaf, if pl is in live, takes its new free count.
+func (a *Allocator) mostFreeCountChangedLocked(pl *pool) {
+	if pl.liveAt >= 0 {
+		a.mostFree[pl.fam].update(pl.liveAt, a.freeLocked(pl))
+	}
+}
