@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -41,10 +42,42 @@ type Store struct {
 	now    func() time.Time // nil: clock
 	// clock is apart from the Store so that its pending timer does not
 	// keep a dropped store alive.
-	clock    *seconds
-	cidrs    map[string]cidrset.CIDR
+	clock *seconds
+	cidrs map[string]cidrset.CIDR // written by putCIDR and deleteCIDR only
+	// passed is the fence that held last, until a write to cidrs: an
+	// allocator fences every create on the same few CIDRs, and this saves
+	// the map lookup of their names.
+	passed   passedFence
 	addrs    *records
 	watchers []*watcher // a slice: notify runs on every write
+}
+
+// passedFence is a fence that held, if ok, and holds as long as no CIDR
+// changes.
+type passedFence struct {
+	name string
+	rev  int64
+	ok   bool
+}
+
+// holds reports whether f is the fence p remembers. The name's bytes are
+// compared only if its pointer differs: a caller mostly passes the same
+// string every time.
+func (p *passedFence) holds(f store.Fence) bool {
+	return p.ok && p.rev == f.Revision && len(p.name) == len(f.CIDR) &&
+		(unsafe.StringData(p.name) == unsafe.StringData(f.CIDR) || p.name == f.CIDR)
+}
+
+// putCIDR stores c, forgetting the fence that passed.
+func (s *Store) putCIDR(c cidrset.CIDR) {
+	s.cidrs[c.Name] = c
+	s.passed = passedFence{}
+}
+
+// deleteCIDR removes the CIDR named name, forgetting the fence that passed.
+func (s *Store) deleteCIDR(name string) {
+	delete(s.cidrs, name)
+	s.passed = passedFence{}
 }
 
 type watcher struct {
@@ -164,7 +197,7 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	c = c.Clone()
 	c.Created = s.time()
 	c.Revision = s.rev
-	s.cidrs[c.Name] = c
+	s.putCIDR(c)
 	s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
 	return c.Clone(), nil
 }
@@ -189,7 +222,7 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	c = c.Clone()
 	c.Created = old.Created
 	c.Revision = s.rev
-	s.cidrs[c.Name] = c
+	s.putCIDR(c)
 	s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
 	return c.Clone(), nil
 }
@@ -197,9 +230,13 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 // checkFences reports the first fence that does not hold. Callers hold mu.
 func (s *Store) checkFences(fences []store.Fence) error {
 	for _, f := range fences {
+		if s.passed.holds(f) {
+			continue
+		}
 		if c, ok := s.cidrs[f.CIDR]; !ok || c.Revision != f.Revision {
 			return &store.FencedError{Fence: f, Seen: s.rev}
 		}
+		s.passed = passedFence{name: f.CIDR, rev: f.Revision, ok: true}
 	}
 	return nil
 }
@@ -221,7 +258,7 @@ func (s *Store) DeleteCIDR(ctx context.Context, name string, rev int64, fences .
 		return err
 	}
 	s.rev++
-	delete(s.cidrs, name)
+	s.deleteCIDR(name)
 	s.notify(store.Event{Kind: store.CIDRDeleted, Revision: s.rev, CIDR: old})
 	return nil
 }
@@ -303,7 +340,7 @@ func (s *Store) touch(fences []store.Fence) {
 		if f.Touch && !slices.ContainsFunc(fences[:i], func(g store.Fence) bool { return g.Touch && g.CIDR == f.CIDR }) {
 			c := s.cidrs[f.CIDR]
 			c.Revision = s.rev
-			s.cidrs[f.CIDR] = c
+			s.putCIDR(c)
 			s.notify(store.Event{Kind: store.CIDRPut, Revision: s.rev, CIDR: c.Clone()})
 		}
 	}

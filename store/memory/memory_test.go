@@ -268,3 +268,113 @@ func TestWatchRefusesAWatcherItCannotCompare(t *testing.T) {
 		t.Fatalf("the other watcher was told %q, want the create and the delete", other.changes)
 	}
 }
+
+// A fence that held fails once its CIDR is written, whichever the write:
+// the store remembers the last fence that held, and every write to a CIDR
+// must make it forget.
+func TestAFenceThatHeldFailsAfterEveryCIDRWrite(t *testing.T) {
+	ctx := context.Background()
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+	createLocked := func(st *memory.Store, addr string, f store.Fence) error {
+		st.Mutex().Lock()
+		defer st.Mutex().Unlock()
+		_, _, err := st.CreateAddressLocked(netip.MustParseAddr(addr), owner, f, nil)
+		return err
+	}
+	for _, tc := range []struct {
+		name  string
+		write func(*memory.Store, cidrset.CIDR) error
+	}{
+		{"update", func(st *memory.Store, c cidrset.CIDR) error {
+			_, err := st.UpdateCIDR(ctx, c)
+			return err
+		}},
+		{"touch by CreateAddressLocked", func(st *memory.Store, c cidrset.CIDR) error {
+			return createLocked(st, "10.0.0.3", store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true})
+		}},
+		{"touch by CreateAddresses", func(st *memory.Store, c cidrset.CIDR) error {
+			_, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.3"), Parent: owner}},
+				store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true})
+			return err
+		}},
+		{"delete", func(st *memory.Store, c cidrset.CIDR) error {
+			return st.DeleteCIDR(ctx, c.Name, c.Revision)
+		}},
+		{"delete and create again", func(st *memory.Store, c cidrset.CIDR) error {
+			if err := st.DeleteCIDR(ctx, c.Name, c.Revision); err != nil {
+				return err
+			}
+			_, err := st.CreateCIDR(ctx, c)
+			return err
+		}},
+	} {
+		st := memory.New()
+		c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence := store.Fence{CIDR: c.Name, Revision: c.Revision}
+		if err := createLocked(st, "10.0.0.1", fence); err != nil {
+			t.Fatalf("%s: the fresh fence failed: %v", tc.name, err)
+		}
+		if err := tc.write(st, c); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var fenced *store.FencedError
+		if err := createLocked(st, "10.0.0.2", fence); !errors.As(err, &fenced) || fenced.Fence != fence {
+			t.Errorf("%s: CreateAddressLocked with the fence from before = %v, want it fenced", tc.name, err)
+		}
+		if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.2"), Parent: owner}}, fence); !errors.Is(err, store.ErrFenced) {
+			t.Errorf("%s: CreateAddresses with the fence from before = %v, want it fenced", tc.name, err)
+		}
+	}
+}
+
+// The remembered fence is told apart by name and revision, whatever the
+// string holding the name.
+func TestAFenceHoldsByNameAndRevision(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+	var cs []cidrset.CIDR
+	for _, name := range []string{"c1", "c2"} {
+		c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	try := func(addr string, f store.Fence) error {
+		st.Mutex().Lock()
+		defer st.Mutex().Unlock()
+		_, _, err := st.CreateAddressLocked(netip.MustParseAddr(addr), owner, f, nil)
+		return err
+	}
+	held := store.Fence{CIDR: cs[0].Name, Revision: cs[0].Revision}
+	if err := try("10.0.0.1", held); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		fence store.Fence
+		holds bool
+	}{
+		{"same name, another string", store.Fence{CIDR: string([]byte(cs[0].Name)), Revision: cs[0].Revision}, true},
+		{"another name of the same length", store.Fence{CIDR: cs[1].Name, Revision: cs[0].Revision}, false},
+		{"a prefix of the name", store.Fence{CIDR: cs[0].Name[:1], Revision: cs[0].Revision}, false},
+		{"another revision", store.Fence{CIDR: cs[0].Name, Revision: cs[1].Revision}, false},
+		{"the same again", held, true},
+	} {
+		for _, addr := range []string{"10.0.0.2", "10.0.0.3"} { // twice: after it was remembered
+			err := try(addr, tc.fence)
+			if holds := err == nil; holds != tc.holds {
+				t.Errorf("%s: CreateAddressLocked(%s) = %v, want it to hold: %v", tc.name, addr, err, tc.holds)
+			}
+			if err == nil {
+				if _, _, err := st.DeleteAddress(ctx, netip.MustParseAddr(addr)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
