@@ -2,7 +2,6 @@ package memory
 
 import (
 	"encoding/binary"
-	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
@@ -76,8 +75,8 @@ type records struct {
 	morePos map[uint32]uint32
 	arena   arena
 
-	seed      uint64       // of the address hash
-	ownerSeed maphash.Seed // of the owner hash
+	seed      uint64    // of the address hash
+	ownerKeys [2]uint64 // of the owner hash: random, see ownerHash
 	// mask is ANDed into every hash: all ones, except in tests that force
 	// collisions.
 	mask uint64
@@ -112,7 +111,7 @@ type entry struct{ off uint32 }
 func newRecords() *records {
 	r := &records{
 		seed:      rand.Uint64(),
-		ownerSeed: maphash.MakeSeed(),
+		ownerKeys: [2]uint64{rand.Uint64(), rand.Uint64()},
 		mask:      ^uint64(0),
 		compactAt: 1 << chunkBits,
 		scopeIDs:  map[scope]uint32{},
@@ -531,10 +530,46 @@ func (r *records) addrHash(key []byte) uint64 {
 	return mix64(mix64(r.seed^lo)^hi) & r.mask
 }
 
+// ownerHash hashes an owner, its scope's index and its name, in plain Go:
+// cheaper than maphash.String on names of tens of bytes. The scope and the
+// name's length seed the state (the length tells apart the overlapping
+// reads below, and names that differ in zero bytes only: mixed in at the
+// end instead, it left names of zero bytes unevenly spread). The name is
+// then read 16 bytes per step, each step folding a 128-bit product of two
+// words, data xor key or state, into the state; the last (up to) 16 bytes
+// are read as two words that may overlap, so no byte outside the name is
+// read. The keys are random per store and every factor holds one of them
+// or the state they seeded, so names chosen to collide would have to be
+// chosen knowing the keys. (wyhash's construction, which Go's maps use
+// where AES is missing.)
 func (r *records) ownerHash(sid uint32, name string) uint64 {
-	// Mixing the scope in after hashing the name keeps this one
-	// maphash.String call: a streaming maphash.Hash costs several times more.
-	return (maphash.String(r.ownerSeed, name) ^ (uint64(sid)+1)*0x9e3779b97f4a7c15) & r.mask
+	k0, k1 := r.ownerKeys[0], r.ownerKeys[1]
+	b := unsafe.Slice(unsafe.StringData(name), len(name))
+	n := len(b)
+	h := mulFold(k0^(uint64(sid)<<32|uint64(uint32(n))), k1)
+	var x, y uint64
+	switch {
+	case n > 16:
+		for rest := b; len(rest) > 16; rest = rest[16:] {
+			h = mulFold(binary.LittleEndian.Uint64(rest)^k1, binary.LittleEndian.Uint64(rest[8:])^h)
+		}
+		x, y = binary.LittleEndian.Uint64(b[n-16:]), binary.LittleEndian.Uint64(b[n-8:])
+	case n >= 8:
+		x, y = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[n-8:])
+	case n >= 4:
+		x, y = uint64(binary.LittleEndian.Uint32(b)), uint64(binary.LittleEndian.Uint32(b[n-4:]))
+	case n > 0:
+		x = uint64(b[0])<<16 | uint64(b[n>>1])<<8 | uint64(b[n-1])
+	}
+	lo, hi := bits.Mul64(x^k1, y^h)
+	return mulFold(lo^k0, hi^k1) & r.mask
+}
+
+// mulFold returns the high and low words of the product a*b xored: every
+// bit of either factor moves many bits of the result.
+func mulFold(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // entryHash is the hash under which the entry at off sits in t.

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -589,6 +590,99 @@ func checkOwnersOf(t interface{ Fatalf(string, ...any) }, r *records, model map[
 		slices.SortFunc(want, netip.Addr.Compare)
 		if !slices.Equal(got, want) {
 			t.Fatalf("of(%q) = %v, model %v", p, got, want)
+		}
+	}
+}
+
+// ownerHashKeys are owners made to tempt a weak hash: names one byte
+// apart at every position, names of zero bytes (or of one letter) that
+// differ in length only, every name of up to 3 bytes of a few, a name with
+// each bit flipped in turn, one name in many scopes, and counters. Each family is a group of its own.
+func ownerHashKeys() map[string][]ownerKey0 {
+	groups := map[string][]ownerKey0{}
+	base := "service-000000000000000000000000" // the benchmark's owners
+	groups["one byte apart"] = []ownerKey0{{0, base}}
+	for i := range len(base) {
+		for _, c := range "123456789abcdef-.z" { // all but base's '0'
+			if byte(c) == base[i] {
+				continue
+			}
+			b := []byte(base)
+			b[i] = byte(c)
+			groups["one byte apart"] = append(groups["one byte apart"], ownerKey0{0, string(b)})
+		}
+	}
+	for n := range 254 {
+		groups["zero bytes"] = append(groups["zero bytes"], ownerKey0{1, strings.Repeat("\x00", n)})
+		groups["one letter"] = append(groups["one letter"], ownerKey0{1, strings.Repeat("a", n+1)})
+	}
+	const alphabet = "a0-.\x00"
+	short := []string{""}
+	for n := 0; n < len(short) && len(short[n]) < 3; n++ {
+		for _, c := range []byte(alphabet) {
+			short = append(short, short[n]+string(c))
+		}
+	}
+	for _, name := range short[1:] {
+		groups["short"] = append(groups["short"], ownerKey0{4, name})
+	}
+	long := []byte(strings.Repeat("0123456789abcdef", 4))
+	for i := range len(long) * 8 {
+		b := slices.Clone(long)
+		b[i/8] ^= 1 << (i % 8)
+		groups["one bit flipped"] = append(groups["one bit flipped"], ownerKey0{2, string(b)})
+	}
+	for sid := range uint32(512) {
+		groups["one name, many scopes"] = append(groups["one name, many scopes"], ownerKey0{sid, "b"})
+	}
+	for i := range 1000 {
+		groups["counters"] = append(groups["counters"], ownerKey0{3, fmt.Sprintf("pod-%d", i)})
+	}
+	return groups
+}
+
+// ownerKey0 is an owner as ownerHash takes it.
+type ownerKey0 struct {
+	sid  uint32
+	name string
+}
+
+// The owner hash of distinct owners differs, and similar owners spread over
+// the home slots of a small table and over the tags, within twice their
+// share and some: the tables' probe lengths assume as much. (For a sound
+// hash, a 64-bit collision among these few thousand owners has a chance
+// of about 1e-12, and the bound below is over 6 standard deviations.)
+func TestOwnerHashSpreadsSimilarOwners(t *testing.T) {
+	const buckets = 16
+	groups := ownerHashKeys()
+	for range 4 { // stores, each with its own keys
+		r := newRecords()
+		seen := map[uint64]ownerKey0{}
+		for name, keys := range groups {
+			var homes, tags [buckets]int
+			small := offTable{size: buckets}
+			for _, k := range keys {
+				h := r.ownerHash(k.sid, k.name)
+				if other, dup := seen[h]; dup {
+					t.Fatalf("%q in scope %d and %q in scope %d hash alike: %#x", k.name, k.sid, other.name, other.sid, h)
+				}
+				seen[h] = k
+				if again := r.ownerHash(k.sid, strings.Clone(k.name)); again != h {
+					t.Fatalf("%q hashes to %#x, then %#x", k.name, h, again)
+				}
+				homes[r.home(&small, h)]++
+				tags[uint8(h)%buckets]++
+			}
+			share := float64(len(keys)) / buckets
+			bound := int(2*share + 3*math.Sqrt(share))
+			for _, spread := range []struct {
+				what   string
+				counts [buckets]int
+			}{{"home slot", homes}, {"tag", tags}} {
+				if most := slices.Max(spread.counts[:]); most > bound {
+					t.Errorf("%s: %d of %d owners share a %s of %d, over %d: %v", name, most, len(keys), spread.what, buckets, bound, spread.counts)
+				}
+			}
 		}
 	}
 }
