@@ -873,6 +873,13 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 // block unless it wraps around the end or holds a saturated distance.
 func (r *records) removeAt(t *offTable, i int) {
 	b := t.slots
+	// Mostly nothing moves: the next slot is free or its entry at home.
+	// (A free slot is all zeros, distance included.)
+	if b[t.next(i)*slotBytes+4] == 0 {
+		clear(t.slot(i))
+		t.n--
+		return
+	}
 	e := i + 1
 	for e < t.size && t.off(e) != 0 {
 		d := b[e*slotBytes+4]

@@ -102,12 +102,17 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 // checkTable checks the Robin Hood invariants of tb: every slot's distance
 // byte and tag agree with its entry's hash, and along a run no entry is
 // more than one slot farther from home than the one before it (entries are
-// ordered by home), so lookups may stop early.
+// ordered by home), so lookups may stop early. A free slot is all zeros:
+// removeAt reads a distance byte of 0 as "nothing to shift" without
+// looking at the offset.
 func checkTable(t interface{ Fatalf(string, ...any) }, r *records, tb *offTable) {
 	n := 0
 	for i := range tb.size {
 		off := tb.off(i)
 		if off == 0 {
+			if s := tb.slot(i); s[4] != 0 || s[5] != 0 {
+				t.Fatalf("free slot %d holds distance %d, tag %d", i, s[4], s[5])
+			}
 			continue
 		}
 		n++
