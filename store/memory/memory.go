@@ -84,6 +84,46 @@ type watcher struct {
 	ctx  context.Context
 	w    store.Watcher
 	addr store.AddressWatcher // w, if it takes address changes as values
+	// words are w's words, and sameWords says that x == w whenever x's
+	// words are these (see isWatcher).
+	words     ifaceWords
+	sameWords bool
+}
+
+// ifaceWords is the layout of an interface value: the itab (one per
+// interface and dynamic type, so equal itabs mean equal types) and the data
+// word, the value itself or a pointer to it.
+type ifaceWords struct{ tab, data unsafe.Pointer }
+
+func wordsOf(w *store.Watcher) ifaceWords { return *(*ifaceWords)(unsafe.Pointer(w)) }
+
+// isWatcher reports whether x == w.w. Equal words mean the same type and
+// the same bits, equal for a type whose == holds of every value and itself
+// (see reflexive): true without == on interfaces, which calls into the
+// runtime whenever the types match. Other cases are left to ==.
+func (w *watcher) isWatcher(x store.Watcher) bool {
+	if w.sameWords && wordsOf(&x) == w.words {
+		return true
+	}
+	return x == w.w
+}
+
+// reflexive reports whether every value of type t is == to itself: true
+// unless t holds a float (NaN) or an interface (which may hold one).
+func reflexive(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128, reflect.Interface:
+		return false
+	case reflect.Array:
+		return t.Len() == 0 || reflexive(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if !reflexive(t.Field(i).Type) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 var _ store.Locked = (*Store)(nil)
@@ -384,7 +424,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 // othersWatch reports whether a watcher other than self is registered:
 // without one, a write need not build the record it would be told.
 func (s *Store) othersWatch(self store.Watcher) bool {
-	return len(s.watchers) > 1 || len(s.watchers) == 1 && (self == nil || s.watchers[0].w != self)
+	return len(s.watchers) > 1 || len(s.watchers) == 1 && (self == nil || !s.watchers[0].isWatcher(self))
 }
 
 // DeleteAddress implements store.Store.
@@ -526,6 +566,7 @@ func (s *Store) registerLocked(ctx context.Context, w store.Watcher) *watcher {
 	w.Reset(snap)
 	reg := &watcher{ctx: ctx, w: w}
 	reg.addr, _ = w.(store.AddressWatcher)
+	reg.words, reg.sameWords = wordsOf(&w), reflexive(reflect.TypeOf(w))
 	s.watchers = append(s.watchers, reg)
 	return reg
 }

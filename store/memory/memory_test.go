@@ -378,3 +378,104 @@ func TestAFenceHoldsByNameAndRevision(t *testing.T) {
 		}
 	}
 }
+
+// loggedWatcher is a Watcher value that notes what it is told in log, its
+// other fields only telling values apart: one pointer (stored in the
+// interface itself), a pointer and an int (stored behind a pointer), a
+// float, an interface or an array of floats.
+type (
+	loggedWatcher struct{ log *[]string }
+	numberWatcher struct {
+		log *[]string
+		n   int
+	}
+	floatWatcher struct {
+		log *[]string
+		x   float64
+	}
+	anyWatcher struct {
+		log *[]string
+		v   any
+	}
+	floatsWatcher struct {
+		log *[]string
+		xs  [2]float64
+	}
+)
+
+func note(log *[]string, e store.Event) { *log = append(*log, fmt.Sprint(e.Kind, " ", e.Address.Addr)) }
+
+func (w loggedWatcher) Reset(store.Snapshot) {}
+func (w loggedWatcher) Apply(e store.Event)  { note(w.log, e) }
+func (w numberWatcher) Reset(store.Snapshot) {}
+func (w numberWatcher) Apply(e store.Event)  { note(w.log, e) }
+func (w floatWatcher) Reset(store.Snapshot)  {}
+func (w floatWatcher) Apply(e store.Event)   { note(w.log, e) }
+func (w anyWatcher) Reset(store.Snapshot)    {}
+func (w anyWatcher) Apply(e store.Event)     { note(w.log, e) }
+func (w floatsWatcher) Reset(store.Snapshot) {}
+func (w floatsWatcher) Apply(e store.Event)  { note(w.log, e) }
+
+// A locked write leaves out of its events exactly the registered watchers
+// == to its self, whatever their type: the store tells them apart without
+// == where that is exact, and must agree with == everywhere, NaN (never
+// == to itself) included.
+func TestALockedWriteLeavesOutTheWatcherEqualToSelf(t *testing.T) {
+	ctx := context.Background()
+	var log []string
+	other := []string{}
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name    string
+		reg     store.Watcher
+		self    store.Watcher
+		leftOut bool
+	}{
+		{"the same pointer", &addressWatcher{}, nil, true}, // self: the very value registered, below
+		{"another pointer", &addressWatcher{}, &addressWatcher{}, false},
+		{"one pointer field, equal", loggedWatcher{&log}, loggedWatcher{&log}, true},
+		{"one pointer field, another", loggedWatcher{&log}, loggedWatcher{&other}, false},
+		{"no self", loggedWatcher{&log}, nil, false},
+		{"boxed, an equal copy", numberWatcher{&log, 1}, numberWatcher{&log, 1}, true},
+		{"boxed, another", numberWatcher{&log, 1}, numberWatcher{&log, 2}, false},
+		{"another type", numberWatcher{&log, 1}, loggedWatcher{&log}, false},
+		{"a float, equal", floatWatcher{&log, 1.5}, floatWatcher{&log, 1.5}, true},
+		{"a NaN", floatWatcher{&log, nan}, nil, false},
+		{"an interface holding NaN", anyWatcher{&log, nan}, nil, false},
+		{"an array holding NaN", floatsWatcher{&log, [2]float64{1, nan}}, nil, false},
+		{"an array of floats, equal", floatsWatcher{&log, [2]float64{1, 2}}, floatsWatcher{&log, [2]float64{1, 2}}, true},
+		{"an interface holding an int", anyWatcher{&log, 7}, nil, true},
+	} {
+		log = nil
+		self := tc.self
+		if self == nil && tc.name != "no self" {
+			self = tc.reg // the very value registered: equal words
+		}
+		st := memory.New()
+		if err := st.Watch(ctx, tc.reg); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = nil
+		a := netip.MustParseAddr("10.0.0.1")
+		st.Mutex().Lock()
+		_, _, err = st.CreateAddressLocked(a, ipaddress.ParentRef{Resource: "services", Name: "x"}, store.Fence{CIDR: c.Name, Revision: c.Revision}, self)
+		if err == nil {
+			_, err = st.DeleteAddressLocked(a, self)
+		}
+		st.Mutex().Unlock()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		told := len(log)
+		if w, ok := tc.reg.(*addressWatcher); ok {
+			told = len(w.changes)
+		}
+		if want := map[bool]int{true: 0, false: 2}[tc.leftOut]; told != want {
+			t.Errorf("%s: the registered watcher was told %d writes, want %d (== says left out: %v)", tc.name, told, want, tc.leftOut)
+		}
+	}
+}
