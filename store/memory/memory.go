@@ -60,12 +60,10 @@ type passedFence struct {
 	ok   bool
 }
 
-// holds reports whether f is the fence p remembers. The name's bytes are
-// compared only if its pointer differs: a caller mostly passes the same
-// string every time.
+// holds reports whether f is the fence p remembers. (A caller mostly
+// passes the same string every time: see sameString.)
 func (p *passedFence) holds(f store.Fence) bool {
-	return p.ok && p.rev == f.Revision && len(p.name) == len(f.CIDR) &&
-		(unsafe.StringData(p.name) == unsafe.StringData(f.CIDR) || p.name == f.CIDR)
+	return p.ok && p.rev == f.Revision && sameString(p.name, f.CIDR)
 }
 
 // putCIDR stores c, forgetting the fence that passed.

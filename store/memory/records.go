@@ -158,15 +158,23 @@ func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
 
 // knownScope returns the index of p's scope if it is interned.
 func (r *records) knownScope(p ipaddress.ParentRef) (uint32, bool) {
-	s := scope{p.Group, p.Resource, p.Namespace}
-	if r.lastOK && r.scopes[r.last] == s {
-		return r.last, true
+	if r.lastOK {
+		if l := &r.scopes[r.last]; sameString(l.namespace, p.Namespace) && sameString(l.resource, p.Resource) && sameString(l.group, p.Group) {
+			return r.last, true
+		}
 	}
-	id, ok := r.scopeIDs[s]
+	id, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]
 	if ok {
 		r.last, r.lastOK = id, true
 	}
 	return id, ok
+}
+
+// sameString reports whether a == b, without comparing bytes when the two
+// share them: a caller mostly names its scope with the same strings every
+// time, which the interned scope holds.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // maxEmptyScopes is how many emptied scopes stay interned at least.

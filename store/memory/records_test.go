@@ -691,3 +691,43 @@ func TestOwnerHashSpreadsSimilarOwners(t *testing.T) {
 		}
 	}
 }
+
+// The scope looked up last is recognised by content, whatever strings hold
+// it, and told apart from scopes that differ in any field, also ones whose
+// strings share its bytes.
+func TestTheLastScopeIsToldApartByContent(t *testing.T) {
+	ns := "default-namespace"
+	p := ipaddress.ParentRef{Group: "x.io", Resource: "services", Namespace: ns, Name: "a"}
+	for _, tc := range []struct {
+		name string
+		q    ipaddress.ParentRef
+		same bool
+	}{
+		{"the same strings", p, true},
+		{"copies", ipaddress.ParentRef{Group: strings.Clone(p.Group), Resource: strings.Clone(p.Resource), Namespace: strings.Clone(ns), Name: "b"}, true},
+		{"a prefix of the namespace", ipaddress.ParentRef{Group: p.Group, Resource: p.Resource, Namespace: ns[:7], Name: "a"}, false},
+		{"another namespace of the same length", ipaddress.ParentRef{Group: p.Group, Resource: p.Resource, Namespace: strings.ToUpper(ns), Name: "a"}, false},
+		{"another resource", ipaddress.ParentRef{Group: p.Group, Resource: "servicez", Namespace: ns, Name: "a"}, false},
+		{"another group", ipaddress.ParentRef{Group: "y.io", Resource: p.Resource, Namespace: ns, Name: "a"}, false},
+		{"no group", ipaddress.ParentRef{Resource: p.Resource, Namespace: ns, Name: "a"}, false},
+	} {
+		r := newRecords()
+		r.put(netip.MustParseAddr("10.0.0.1"), p, 1, 1)
+		want, _ := r.knownScope(p)
+		got, known := r.knownScope(tc.q)
+		if same := known && got == want; same != tc.same {
+			t.Errorf("%s: knownScope = %d %v, the scope put is %d: same %v, want %v", tc.name, got, known, want, same, tc.same)
+		}
+		if tc.same {
+			continue
+		}
+		// Interned, it is another scope, and the last one looked up.
+		r.put(netip.MustParseAddr("10.0.0.2"), tc.q, 1, 2)
+		if got, _ := r.knownScope(p); got != want {
+			t.Errorf("%s: after putting it, knownScope(first) = %d, want %d", tc.name, got, want)
+		}
+		if got, _ := r.knownScope(tc.q); got == want {
+			t.Errorf("%s: after putting it, it has the first scope's index %d", tc.name, got)
+		}
+	}
+}
