@@ -610,6 +610,7 @@ type offTable struct {
 	slots  []byte
 	size   int  // slots
 	n      int  // entries
+	full   int  // entries at the load bound: size*num/den of maxLoad
 	owners bool // keyed by owner, not by address
 }
 
@@ -649,7 +650,10 @@ func (t *offTable) sizeFor(n int) int {
 func newTable(owners bool, size int) offTable {
 	slots := make([]byte, slotBytes*size)
 	adviseHugePages(slots)
-	return offTable{slots: slots, size: size, owners: owners}
+	t := offTable{slots: slots, size: size, owners: owners}
+	num, den := t.maxLoad()
+	t.full = size * num / den
+	return t
 }
 
 // hugeAdviceMin is the smallest allocation advised to use huge pages: two
@@ -682,7 +686,7 @@ func (t *offTable) next(i int) int {
 
 // reserve makes room in t for one more entry.
 func (r *records) reserve(t *offTable) {
-	if num, den := t.maxLoad(); (t.n+1)*den <= t.size*num {
+	if t.n < t.full { // that is, (n+1)/size <= num/den
 		return
 	}
 	r.rehash(t, max(minTableSize, t.size+t.size/4))

@@ -731,3 +731,43 @@ func TestTheLastScopeIsToldApartByContent(t *testing.T) {
 		}
 	}
 }
+
+// A table grows exactly on the put that would take it past its load bound,
+// (n+1)/size > num/den, whatever its size: also after a compaction made
+// it smaller.
+func TestTablesGrowAtTheirLoadBound(t *testing.T) {
+	r := newRecords()
+	r.compactAt = 1
+	tables := []*offTable{&r.v4, &r.v6, &r.owners}
+	put := func(i int) {
+		var sizes, ns [3]int
+		for k, tb := range tables {
+			sizes[k], ns[k] = tb.size, tb.n
+		}
+		v6 := i%3 == 0
+		r.put(benchAddr(v6, i), ipaddress.ParentRef{Resource: "pods", Name: fmt.Sprintf("p%d", i)}, 1700000000, int64(i+1))
+		for k, tb := range tables {
+			if tb.n == ns[k] { // another family's table
+				continue
+			}
+			num, den := tb.maxLoad()
+			if grew, over := tb.size != sizes[k], (ns[k]+1)*den > sizes[k]*num; grew != over {
+				t.Fatalf("put %d: table %d of %d slots with %d entries grew: %v, want %v", i, k, sizes[k], ns[k], grew, over)
+			}
+		}
+	}
+	for i := range 3000 {
+		put(i)
+	}
+	for i := range 2900 { // most go: the arena compacts, the tables shrink
+		if !r.remove(benchAddr(i%3 == 0, i)) {
+			t.Fatalf("remove %d found nothing", i)
+		}
+	}
+	if r.v4.size >= 2000 {
+		t.Fatalf("the IPv4 table kept %d slots for %d entries: the test needs it shrunk", r.v4.size, r.v4.n)
+	}
+	for i := range 3000 {
+		put(3000 + i)
+	}
+}
