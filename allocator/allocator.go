@@ -430,7 +430,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	if r.addr.IsValid() {
 		c, err = a.chooseStaticLocked(r.addr)
 	} else {
-		c, err = a.chooseNextLocked(r.family, nil)
+		err = a.chooseNextLocked(r.family, nil, &c)
 	}
 	if err != nil {
 		return true, err
@@ -690,7 +690,7 @@ func (a *Allocator) chooseLocked(reqs []request, skip []netip.Addr, out []choice
 		if r.addr.IsValid() {
 			c, err = a.chooseStaticLocked(r.addr)
 		} else {
-			c, err = a.chooseNextLocked(r.family, skip)
+			err = a.chooseNextLocked(r.family, skip, &c)
 		}
 		out = append(out, c)
 		if err != nil {
@@ -767,38 +767,42 @@ func (a *Allocator) livePrefixesLocked(fam int) []netip.Prefix {
 	return out
 }
 
-func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (choice, error) {
+// chooseNextLocked chooses where a dynamic request of family f is served
+// from, into *c: on ErrFull, only the fence of the CIDR to blame, if any.
+// (An out parameter: the hot path then copies no choice up its calls.)
+func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *choice) error {
 	fam, ok := famOf(f)
 	if !ok {
-		return choice{}, &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
+		return &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
 	}
 	live := a.live[fam]
 	if len(live) == 0 {
 		if len(a.poolList[fam]) > 0 {
 			// The family is served, but every CIDR of it is Terminating:
 			// no free address in any live CIDR, as the reference says.
-			return choice{}, ErrFull
+			return ErrFull
 		}
-		return choice{}, ErrMismatch
+		return ErrMismatch
 	}
 	// The built-in policies need no candidates: live is in OldestFirst's
 	// order already (syncPoolsLocked), and a full pool is known full from
 	// its counters.
 	switch a.cfg.policy.(type) {
 	case oldestFirst:
-		return a.walkLiveLocked(fam, 0, skip)
+		return a.walkLiveLocked(fam, 0, skip, c)
 	case randomOrder:
-		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip)
+		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip, c)
 	case mostFree:
 		best := a.mostFree[fam].best()
 		if x, ok := a.nextInPoolLocked(live[best].pool, skip); ok {
-			return live[best].choice(x), nil
+			live[best].choose(x, c)
+			return nil
 		}
 		// Its free addresses are excluded or in flight, or all are full:
 		// the general path below tries the next ones in order.
 	}
 	if len(live) == 1 { // no order to ask for
-		return a.walkLiveLocked(fam, 0, skip)
+		return a.walkLiveLocked(fam, 0, skip, c)
 	}
 	cands := a.cands[:0]
 	for _, l := range live {
@@ -812,21 +816,24 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr) (cho
 			continue // the policy made up a candidate
 		}
 		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
-			return live[i].choice(x), nil
+			live[i].choose(x, c)
+			return nil
 		}
 	}
 	// A policy may have dropped a candidate (repeating another, say):
 	// "range is full" must mean every live CIDR is.
-	if c, err := a.walkLiveLocked(fam, 0, skip); err == nil {
-		return c, nil
+	if err := a.walkLiveLocked(fam, 0, skip, c); err == nil {
+		return nil
 	}
 	// Every CIDR is full: the policy's first choice is the one to blame.
 	if len(cands) > 0 {
 		if i, ok := a.liveIndexLocked(fam, cands[0].Prefix); ok {
-			return live[i].full(), ErrFull
+			live[i].blame(c)
+			return ErrFull
 		}
 	}
-	return choice{}, ErrFull
+	*c = choice{} // a made-up candidate first: no CIDR to blame
+	return ErrFull
 }
 
 // liveIndexLocked returns the place in live[fam] of the pool of p.
@@ -841,30 +848,35 @@ func (a *Allocator) liveIndexLocked(fam int, p netip.Prefix) (int, bool) {
 // walkLiveLocked tries the pools of live[fam] in order from first,
 // wrapping around, skipping those known full by their marks in open. The
 // first is the one to blame if all are full.
-func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr) (choice, error) {
+func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr, c *choice) error {
 	live, open := a.live[fam], &a.open[fam]
 	// From first to the end, then from the start up to first.
 	for i := open.next(first); i >= 0; i = open.next(i + 1) {
 		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
-			return live[i].choice(x), nil
+			live[i].choose(x, c)
+			return nil
 		}
 	}
 	for i := open.next(0); i >= 0 && i < first; i = open.next(i + 1) {
 		if x, ok := a.nextInPoolLocked(live[i].pool, skip); ok {
-			return live[i].choice(x), nil
+			live[i].choose(x, c)
+			return nil
 		}
 	}
-	return live[first].full(), ErrFull
+	live[first].blame(c)
+	return ErrFull
 }
 
-func (l *liveSource) choice(x u128.U128) choice {
-	return choice{addr: x.Addr(l.pool.fam == 0), fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
+// choose sets *c to address x of l.
+func (l *liveSource) choose(x u128.U128, c *choice) {
+	c.addr = x.Addr(l.pool.fam == 0)
+	c.fence = store.Fence{CIDR: l.cidr, Revision: l.rev}
 }
 
-// full is the choice of l when it has no free address: no address, only
-// the CIDR, for the observer.
-func (l *liveSource) full() choice {
-	return choice{fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
+// blame sets *c to the choice of l when it has no free address: no
+// address, only the CIDR, for the observer.
+func (l *liveSource) blame(c *choice) {
+	*c = choice{fence: store.Fence{CIDR: l.cidr, Revision: l.rev}}
 }
 
 // knownFull reports, without mu, that the first request of reqs is
