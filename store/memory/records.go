@@ -296,7 +296,10 @@ func (r *records) ownerCount(h uint64, sid uint32, name string) (n int) {
 		if off == 0 {
 			return n
 		}
-		rd := r.dist(t, i)
+		rd := int(s[4])
+		if rd == 255 {
+			rd = r.trueDist(t, i)
+		}
 		if rd < d {
 			return n
 		}
@@ -319,12 +322,20 @@ func (r *records) ownerSlotOf(h uint64, off uint32) int {
 	}
 	i := r.home(t, h)
 	for d := 0; ; d++ {
-		cur := t.off(i)
-		if cur == 0 || r.dist(t, i) < d {
+		s := t.slot(i)
+		cur := binary.LittleEndian.Uint32(s)
+		if cur == 0 {
 			return -1
 		}
 		if cur == off {
 			return i
+		}
+		rd := int(s[4])
+		if rd == 255 {
+			rd = r.trueDist(t, i)
+		}
+		if rd < d {
+			return -1
 		}
 		i = t.next(i)
 	}
@@ -760,11 +771,19 @@ func (r *records) home(t *offTable, h uint64) int {
 	return int(hi)
 }
 
-// dist is the distance of the entry in slot i from its home.
+// dist is the distance of the entry in slot i from its home. The probe
+// loops read the distance byte themselves and call trueDist only when it
+// is saturated: a call per probed slot cost more than the probe.
 func (r *records) dist(t *offTable, i int) int {
 	if d := t.slot(i)[4]; d < 255 {
 		return int(d)
 	}
+	return r.trueDist(t, i)
+}
+
+// trueDist is the distance of the entry in slot i from its home, found
+// from its hash: for a saturated distance byte.
+func (r *records) trueDist(t *offTable, i int) int {
 	h := r.home(t, r.entryHash(t, t.off(i)))
 	if i < h {
 		i += t.size
@@ -781,12 +800,17 @@ func (r *records) dist(t *offTable, i int) int {
 func (r *records) insert(t *offTable, h uint64, off uint32) {
 	i, d, tag := r.home(t, h), 0, uint8(h)
 	for {
-		if t.off(i) == 0 {
+		s := t.slot(i)
+		if binary.LittleEndian.Uint32(s) == 0 {
 			t.set(i, off, d, tag)
 			t.n++
 			return
 		}
-		if r.dist(t, i) < d {
+		rd := int(s[4])
+		if rd == 255 {
+			rd = r.trueDist(t, i)
+		}
+		if rd < d {
 			break
 		}
 		i = t.next(i)
@@ -868,7 +892,7 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		}
 		rd := int(s[4])
 		if rd == 255 {
-			rd = r.dist(t, i)
+			rd = r.trueDist(t, i)
 		}
 		if rd < d {
 			return -1
