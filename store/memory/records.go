@@ -688,6 +688,27 @@ func (t *offTable) set(i int, off uint32, d int, tag uint8) {
 	s[5] = tag
 }
 
+// A slot as a word: the offset in the low 32 bits, the distance in the
+// next 8, the tag in the 8 above.
+const (
+	distOne  = 1 << 32
+	distMask = 0xff << 32
+)
+
+// word returns slot i as a word.
+func (t *offTable) word(i int) uint64 { return slotWord(t.slot(i)) }
+
+// slotWord returns the slot s as a word.
+func slotWord(s []byte) uint64 {
+	return uint64(binary.LittleEndian.Uint32(s)) | uint64(binary.LittleEndian.Uint16(s[4:]))<<32
+}
+
+// setSlotWord fills the slot s from a word.
+func setSlotWord(s []byte, w uint64) {
+	binary.LittleEndian.PutUint32(s, uint32(w))
+	binary.LittleEndian.PutUint16(s[4:], uint16(w>>32))
+}
+
 func (t *offTable) next(i int) int {
 	if i++; i == t.size {
 		return 0
@@ -795,8 +816,7 @@ func (r *records) trueDist(t *offTable, i int) int {
 //
 // Robin Hood: the entry goes before the first entry nearer its home than
 // it would be there, and that entry and the ones after it, up to a free
-// slot, move one slot on. Their order by home slot stays, so they move as
-// one block.
+// slot, move one slot on, keeping their order by home slot.
 func (r *records) insert(t *offTable, h uint64, off uint32) {
 	i, d, tag := r.home(t, h), 0, uint8(h)
 	for {
@@ -816,40 +836,25 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 		i = t.next(i)
 		d++
 	}
-	e := i + 1
-	for e < t.size && t.off(e) != 0 {
-		e++
-	}
-	if e == t.size { // the block wraps around the end: entry by entry
-		r.insertFrom(t, i, off, d, tag)
-		return
-	}
-	b := t.slots
-	copy(b[(i+1)*slotBytes:(e+1)*slotBytes], b[i*slotBytes:e*slotBytes])
-	for j := i + 1; j <= e; j++ {
-		if p := &b[j*slotBytes+4]; *p < 255 { // saturated stays so
-			*p++
-		}
-	}
+	// The entries from i up to a free slot move one slot on, one farther
+	// from home (a saturated distance stays so), slot by slot: the run is
+	// mostly a few slots, shorter than a memmove's setup, and the loop
+	// wraps around the end like any probe.
+	moved := t.word(i)
 	t.set(i, off, d, tag)
 	t.n++
-}
-
-// insertFrom puts the entry (off, d, tag) in slot i and moves the entries
-// from there on one slot each, wrapping around the end.
-func (r *records) insertFrom(t *offTable, i int, off uint32, d int, tag uint8) {
 	for {
+		i = t.next(i)
 		s := t.slot(i)
-		cur := binary.LittleEndian.Uint32(s)
-		if cur == 0 {
-			t.set(i, off, d, tag)
-			t.n++
+		cur := slotWord(s)
+		if moved&distMask != distMask {
+			moved += distOne
+		}
+		setSlotWord(s, moved)
+		if uint32(cur) == 0 {
 			return
 		}
-		cd, ctag := r.dist(t, i), s[5]
-		t.set(i, off, d, tag)
-		off, d, tag = cur, cd+1, ctag
-		i = t.next(i)
+		moved = cur
 	}
 }
 
