@@ -910,58 +910,32 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 }
 
 // removeAt empties slot i of t, shifting the entries after it back: those
-// up to a free slot or an entry at its home move back one slot, as one
-// block unless it wraps around the end or holds a saturated distance.
+// up to a free slot or an entry at its home move back one slot, one nearer
+// home, slot by slot (mostly none or a few; a free slot is all zeros,
+// distance included), wrapping around the end like a probe.
 func (r *records) removeAt(t *offTable, i int) {
-	b := t.slots
 	// Mostly nothing moves: the next slot is free or its entry at home.
-	// (A free slot is all zeros, distance included.)
-	if b[t.next(i)*slotBytes+4] == 0 {
+	if t.slots[t.next(i)*slotBytes+4] == 0 {
 		clear(t.slot(i))
 		t.n--
 		return
 	}
-	e := i + 1
-	for e < t.size && t.off(e) != 0 {
-		d := b[e*slotBytes+4]
-		if d == 0 {
-			break
-		}
-		if d == 255 {
-			r.removeFrom(t, i)
-			return
-		}
-		e++
-	}
-	if e == t.size && t.off(0) != 0 && b[4] != 0 {
-		r.removeFrom(t, i) // the block goes on past the end
-		return
-	}
-	copy(b[i*slotBytes:(e-1)*slotBytes], b[(i+1)*slotBytes:e*slotBytes])
-	for j := i; j < e-1; j++ {
-		b[j*slotBytes+4]--
-	}
-	clear(t.slot(e - 1))
-	t.n--
-}
-
-// removeFrom is removeAt one entry at a time, for the blocks it does not
-// move at once.
-func (r *records) removeFrom(t *offTable, i int) {
+	to := t.slot(i)
 	for {
-		j := t.next(i)
-		if t.off(j) == 0 {
-			break
-		}
-		d := r.dist(t, j)
+		i = t.next(i)
+		s := t.slot(i)
+		d := s[4]
 		if d == 0 {
 			break
 		}
-		copy(t.slot(i), t.slot(j))
-		t.slot(i)[4] = uint8(min(d-1, 255))
-		i = j
+		w := slotWord(s)
+		if d < 255 || r.trueDist(t, i) == 255 { // else it stays saturated
+			w -= distOne
+		}
+		setSlotWord(to, w)
+		to = s
 	}
-	clear(t.slot(i))
+	setSlotWord(to, 0)
 	t.n--
 }
 
