@@ -281,37 +281,6 @@ func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev i
 // dual-stack owner has two); the owner's further records go to more.
 const ownerSlots = 2
 
-// ownerCount returns how many slots of the owner table hold records of the
-// owner (sid, name), whose hash is h. Only the entries whose slot tag
-// matches h are read from the arena.
-func (r *records) ownerCount(h uint64, sid uint32, name string) (n int) {
-	t := &r.owners
-	if t.n == 0 {
-		return 0
-	}
-	i, tag := r.home(t, h), uint8(h)
-	for d := 0; ; d++ {
-		s := t.slot(i)
-		off := binary.LittleEndian.Uint32(s)
-		if off == 0 {
-			return n
-		}
-		rd := int(s[4])
-		if rd == 255 {
-			rd = r.trueDist(t, i)
-		}
-		if rd < d {
-			return n
-		}
-		if rd == d && s[5] == tag { // same home and tag: maybe this owner's
-			if fsid, fname, _ := ownerOf(r.arena.bytes(off)); fsid == sid && fname == name {
-				n++
-			}
-		}
-		i = t.next(i)
-	}
-}
-
 // ownerSlotOf returns the slot of the owner table holding the entry at off,
 // whose owner hash is h, or -1 if more holds it. An offset names one
 // entry, so the arena is not read.
@@ -341,16 +310,51 @@ func (r *records) ownerSlotOf(h uint64, off uint32) int {
 	}
 }
 
-// addOwner indexes the entry at off under its owner (sid, name), hash h.
+// addOwner indexes the entry at off under its owner (sid, name), hash h:
+// in the owner table unless ownerSlots of its slots there hold the owner's
+// records already, and then in more. One walk from the home of h counts
+// those slots (reading from the arena only the entries whose slot tag
+// matches h) and stops where the entry goes.
 func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
-	if r.ownerCount(h, sid, name) >= ownerSlots {
+	t := &r.owners
+	if t.size == 0 {
+		r.reserve(t)
+	}
+	i, d, tag, n := r.home(t, h), 0, uint8(h), 0
+	for ; ; d++ {
+		s := t.slot(i)
+		cur := binary.LittleEndian.Uint32(s)
+		if cur == 0 {
+			break
+		}
+		rd := int(s[4])
+		if rd == 255 {
+			rd = r.trueDist(t, i)
+		}
+		if rd < d {
+			break
+		}
+		if rd == d && s[5] == tag { // same home and tag: maybe this owner's
+			if fsid, fname, _ := ownerOf(r.arena.bytes(cur)); fsid == sid && fname == name {
+				n++
+			}
+		}
+		i = t.next(i)
+	}
+	switch {
+	case n >= ownerSlots:
 		more := r.more[h]
 		r.morePos[off] = uint32(len(more))
 		r.more[h] = append(more, off)
-		return
+	case t.n >= t.full: // the table grows, and the entry's place moves
+		r.reserve(t)
+		r.insert(t, h, off)
+	case t.off(i) == 0:
+		t.set(i, off, d, tag)
+		t.n++
+	default:
+		t.shiftIn(i, off, d, tag)
 	}
-	r.reserve(&r.owners)
-	r.insert(&r.owners, h, off)
 }
 
 // dropOwner removes the entry at off from the owner index: O(1) expected
@@ -836,14 +840,19 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 		i = t.next(i)
 		d++
 	}
-	// The entries from i up to a free slot move one slot on, one farther
-	// from home (a saturated distance stays so), slot by slot: the run is
-	// mostly a few slots, shorter than a memmove's setup, and the loop
-	// wraps around the end like any probe.
+	t.shiftIn(i, off, d, tag)
+}
+
+// shiftIn puts the entry (off, d, tag) in slot i, where a probe for it
+// stopped, and moves the entries from there up to a free slot one slot on,
+// one farther from home (a saturated distance stays so), slot by slot: the
+// run is mostly a few slots, shorter than a memmove's setup, and the loop
+// wraps around the end like any probe.
+func (t *offTable) shiftIn(i int, off uint32, d int, tag uint8) {
 	moved := t.word(i)
 	t.set(i, off, d, tag)
 	t.n++
-	for {
+	for uint32(moved) != 0 {
 		i = t.next(i)
 		s := t.slot(i)
 		cur := slotWord(s)
@@ -851,9 +860,6 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 			moved += distOne
 		}
 		setSlotWord(s, moved)
-		if uint32(cur) == 0 {
-			return
-		}
 		moved = cur
 	}
 }
