@@ -41,7 +41,7 @@ import (
 // constant size leaves them as they were. Their size is any integer, not a
 // power of two (the home slot of a hash h is h*size/2^64), so that growth
 // can be by a quarter: at most a fixed share of the slots are full (half
-// in the address tables, 3/4 in the owner table; see addrLoadNum), and a
+// in the address tables, 2/3 in the owner table; see addrLoadNum), and a
 // table that fills grows, all at once, to 5/4 of its size, so the load
 // stays within 4/5 of that bound and the bound whatever the number of
 // records. Growth rehashes every entry, which reads its address or owner
@@ -633,17 +633,19 @@ type offTable struct {
 const slotBytes = 6
 
 // Load bounds: an address table holds at most half as many entries as it
-// has slots, the owner table three quarters, and a table that reaches its
+// has slots, the owner table two thirds, and a table that reaches its
 // bound grows by a quarter. An allocation inserts into an address table at
 // a random place and its release deletes there, and each moves the entries
 // from there to the next free slot: about 5 of them at 3/4, about 1.5 at
 // 1/2, which keeps them on the line the lookup already loaded, for 4.4
 // more bytes per record (bench/BENCHMARKS.md has the numbers). The owner
-// table keeps 3/4: one IPv6 address scattered in a /64 already costs
-// ~95 B with index and owner, near the 100 B we allow.
+// table keeps 2/3, not 1/2: one IPv6 address scattered in a /64 costs
+// ~97 B with index and owner at 1M (95 at 3/4), near the 100 B we allow;
+// past 2/3 its probe clusters grew fast (at 3/4, 200 more instructions
+// per allocate + release in a full /12).
 const (
 	addrLoadNum, addrLoadDen   = 1, 2
-	ownerLoadNum, ownerLoadDen = 3, 4
+	ownerLoadNum, ownerLoadDen = 2, 3
 	minTableSize               = 8
 )
 
