@@ -102,10 +102,7 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 		// The common write, into the pool written last, the only one
 		// holding x, with a bit for it and no excluded address to count.
 		if pl.bits.Set(x.Lo - pl.first.Lo) {
-			if pl.used = pl.used.Inc(); pl.used == pl.size {
-				a.fullnessChangedLocked(pl, true)
-			}
-			a.countChangedLocked(pl)
+			a.countUsedLocked(pl, false)
 		}
 		return
 	}
@@ -124,14 +121,20 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 	}
 	excluded := a.excludedIn(pools, x)
 	for _, pl := range pools {
-		if excluded {
-			pl.excludedUsed = pl.excludedUsed.Inc()
-		}
-		if pl.used = pl.used.Inc(); pl.used == pl.size {
-			a.fullnessChangedLocked(pl, true)
-		}
-		a.countChangedLocked(pl)
+		a.countUsedLocked(pl, excluded)
 	}
+}
+
+// countUsedLocked counts one more used address in pl, an excluded one if
+// excluded, and follows what the count decides.
+func (a *Allocator) countUsedLocked(pl *pool, excluded bool) {
+	if excluded {
+		pl.excludedUsed = pl.excludedUsed.Inc()
+	}
+	if pl.used = pl.used.Inc(); pl.used == pl.size {
+		a.fullnessChangedLocked(pl, true)
+	}
+	a.countChangedLocked(pl)
 }
 
 // poolsHolding returns the pools containing x, in a slice that is valid
@@ -177,14 +180,7 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	if pl := a.lastAlone[fam][0]; pl != nil && pl.bits != nil && pl.excluded.IsZero() && pl.contains(x) {
 		// markUsedLocked's common write, undone.
 		if pl.bits.Clear(x.Lo - pl.first.Lo) {
-			wasFull := pl.used == pl.size
-			if pl.used = pl.used.Dec(); wasFull {
-				a.fullnessChangedLocked(pl, false)
-			}
-			a.countChangedLocked(pl)
-			for _, name := range pl.dying {
-				a.recheckLocked(name)
-			}
+			a.countFreedLocked(pl, false)
 		}
 		return
 	}
@@ -203,17 +199,24 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	}
 	excluded := a.excludedIn(pools, x)
 	for _, pl := range pools {
-		if excluded {
-			pl.excludedUsed = pl.excludedUsed.Dec()
-		}
-		wasFull := pl.used == pl.size
-		if pl.used = pl.used.Dec(); wasFull {
-			a.fullnessChangedLocked(pl, false)
-		}
-		a.countChangedLocked(pl)
-		for _, name := range pl.dying {
-			a.recheckLocked(name)
-		}
+		a.countFreedLocked(pl, excluded)
+	}
+}
+
+// countFreedLocked counts one fewer used address in pl, an excluded one if
+// excluded, follows what the count decides, and has pl's Terminating
+// CIDRs checked again.
+func (a *Allocator) countFreedLocked(pl *pool, excluded bool) {
+	if excluded {
+		pl.excludedUsed = pl.excludedUsed.Dec()
+	}
+	wasFull := pl.used == pl.size
+	if pl.used = pl.used.Dec(); wasFull {
+		a.fullnessChangedLocked(pl, false)
+	}
+	a.countChangedLocked(pl)
+	for _, name := range pl.dying {
+		a.recheckLocked(name)
 	}
 }
 
