@@ -299,10 +299,7 @@ func (r *records) ownerSlotOf(h uint64, off uint32) int {
 		if cur == off {
 			return i
 		}
-		rd := int(s[4])
-		if rd == 255 {
-			rd = r.trueDist(t, i)
-		}
+		rd := r.slotDist(t, i, s)
 		if rd < d {
 			return -1
 		}
@@ -327,10 +324,7 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 		if cur == 0 {
 			break
 		}
-		rd := int(s[4])
-		if rd == 255 {
-			rd = r.trueDist(t, i)
-		}
+		rd := r.slotDist(t, i, s)
 		if rd < d {
 			break
 		}
@@ -798,11 +792,14 @@ func (r *records) home(t *offTable, h uint64) int {
 	return int(hi)
 }
 
-// dist is the distance of the entry in slot i from its home. The probe
-// loops read the distance byte themselves and call trueDist only when it
-// is saturated: a call per probed slot cost more than the probe.
-func (r *records) dist(t *offTable, i int) int {
-	if d := t.slot(i)[4]; d < 255 {
+// dist is the distance of the entry in slot i from its home.
+func (r *records) dist(t *offTable, i int) int { return r.slotDist(t, i, t.slot(i)) }
+
+// slotDist is dist for a probe loop that has slot i as s already: small
+// enough to inline, as a call per probed slot costs more than the probe,
+// it reads the distance byte and calls trueDist only when it is saturated.
+func (r *records) slotDist(t *offTable, i int, s []byte) int {
+	if d := s[4]; d < 255 {
 		return int(d)
 	}
 	return r.trueDist(t, i)
@@ -832,10 +829,7 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 			t.n++
 			return
 		}
-		rd := int(s[4])
-		if rd == 255 {
-			rd = r.trueDist(t, i)
-		}
+		rd := r.slotDist(t, i, s)
 		if rd < d {
 			break
 		}
@@ -903,10 +897,7 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		if off == 0 {
 			return -1
 		}
-		rd := int(s[4])
-		if rd == 255 {
-			rd = r.trueDist(t, i)
-		}
+		rd := r.slotDist(t, i, s)
 		if rd < d {
 			return -1
 		}
