@@ -406,7 +406,9 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	}
 	s.rev++
 	now := s.unix()
-	s.touch(fences[:])
+	if fence.Touch { // mostly not: the call and its loop cost more than the test
+		s.touch(fences[:])
+	}
 	if !known {
 		k = s.addrs.ownerKeyOf(owner)
 	}
