@@ -49,7 +49,12 @@ type Store struct {
 	// the map lookup of their names.
 	passed   passedFence
 	addrs    *records
-	watchers []*watcher // a slice: notify runs on every write
+	watchers []*watcher // a slice: notify runs on every write; set by setWatchers only
+	// soleWords are the words of the only watcher, if soleOK: it is
+	// mostly the allocator writing, whose own writes then tell no one,
+	// which othersWatch sees by one comparison (see isWatcher).
+	soleWords ifaceWords
+	soleOK    bool
 }
 
 // passedFence is a fence that held, if ok, and holds as long as no CIDR
@@ -427,7 +432,22 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 // othersWatch reports whether a watcher other than self is registered:
 // without one, a write need not build the record it would be told.
 func (s *Store) othersWatch(self store.Watcher) bool {
+	return !(s.soleOK && wordsOf(&self) == s.soleWords) && s.othersWatchAll(self)
+}
+
+// othersWatchAll is othersWatch past its common case, kept out so that
+// othersWatch inlines.
+func (s *Store) othersWatchAll(self store.Watcher) bool {
 	return len(s.watchers) > 1 || len(s.watchers) == 1 && (self == nil || !s.watchers[0].isWatcher(self))
+}
+
+// setWatchers sets the watchers, and with them soleWords.
+func (s *Store) setWatchers(ws []*watcher) {
+	s.watchers = ws
+	s.soleWords, s.soleOK = ifaceWords{}, false
+	if len(ws) == 1 && ws[0].sameWords {
+		s.soleWords, s.soleOK = ws[0].words, true
+	}
 }
 
 // DeleteAddress implements store.Store.
@@ -551,7 +571,7 @@ func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	reg := s.registerLocked(ctx, w)
 	context.AfterFunc(ctx, func() {
 		s.mu.Lock()
-		s.watchers = slices.DeleteFunc(s.watchers, func(w *watcher) bool { return w == reg })
+		s.setWatchers(slices.DeleteFunc(s.watchers, func(w *watcher) bool { return w == reg }))
 		s.mu.Unlock()
 	})
 	return nil
@@ -570,7 +590,7 @@ func (s *Store) registerLocked(ctx context.Context, w store.Watcher) *watcher {
 	reg := &watcher{ctx: ctx, w: w}
 	reg.addr, _ = w.(store.AddressWatcher)
 	reg.words, reg.sameWords = wordsOf(&w), reflexive(reflect.TypeOf(w))
-	s.watchers = append(s.watchers, reg)
+	s.setWatchers(append(s.watchers, reg))
 	return reg
 }
 
@@ -579,6 +599,6 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.watchers = nil
+	s.setWatchers(nil)
 	return nil
 }
