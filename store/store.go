@@ -40,6 +40,10 @@ var (
 	// ErrReadOnly: a write to a store that takes none (a bolt file opened
 	// read-only). Retrying does not help.
 	ErrReadOnly = errors.New("store opened read-only")
+	// ErrNoSpace: the store has no room for the records of a write, and
+	// wrote none of them (the memory store's arena of records is full at
+	// 4 GiB). Deleting records makes room again.
+	ErrNoSpace = errors.New("no space left for records")
 	// ErrOutcomeUnknown: a write was sent and its answer lost (the
 	// connection broke, the server timed out, the caller's ctx ended while
 	// it was in flight). It may have been applied, or be applied later,

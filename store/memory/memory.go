@@ -362,13 +362,20 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 	if err := s.checkFences(fences); err != nil {
 		return nil, err
 	}
-	s.rev++
 	now := s.unix()
+	for i := range recs {
+		if !s.addrs.put(recs[i].Addr, recs[i].Parent, now, s.rev+1) {
+			for _, r := range recs[:i] {
+				s.addrs.remove(r.Addr)
+			}
+			return nil, fmt.Errorf("creating %d address records: %w", len(recs), store.ErrNoSpace)
+		}
+	}
+	s.rev++
 	s.touch(fences)
 	for i := range recs {
 		r := &recs[i]
 		r.Created, r.Revision = time.Unix(now, 0), s.rev
-		s.addrs.put(r.Addr, r.Parent, now, s.rev)
 		s.notifyAddress(store.AddressPut, r, nil)
 	}
 	// recs is the caller's: its elements are set in place rather than
@@ -412,15 +419,17 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 			return 0, time.Time{}, err
 		}
 	}
-	s.rev++
 	now := s.unix()
-	if fence.Touch { // mostly not: the call and its loop cost more than the test
-		s.touch(fences[:])
-	}
 	if !known {
 		k = s.addrs.ownerKeyOf(owner)
 	}
-	s.addrs.putKeyed(addr, k, owner.Name, now, s.rev)
+	if !s.addrs.putKeyed(addr, k, owner.Name, now, s.rev+1) {
+		return 0, time.Time{}, fmt.Errorf("address %s: %w", addr, store.ErrNoSpace)
+	}
+	s.rev++
+	if fence.Touch { // mostly not: the call and its loop cost more than the test
+		s.touch(fences[:])
+	}
 	created := time.Unix(now, 0)
 	if s.othersWatch(self) {
 		rec := ipaddress.IPAddress{Addr: addr, Parent: owner, Created: created, Revision: s.rev}
@@ -514,10 +523,11 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, r
 	if cur.Revision != rev {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s at revision %d, not %d: %w", rec.Addr, cur.Revision, rev, store.ErrConflict)
 	}
-	s.addrs.remove(rec.Addr)
-	s.rev++
 	now := s.unix()
-	s.addrs.put(rec.Addr, rec.Parent, now, s.rev)
+	if !s.addrs.replace(rec.Addr, rec.Parent, now, s.rev+1) {
+		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNoSpace)
+	}
+	s.rev++
 	out := ipaddress.IPAddress{Addr: rec.Addr, Parent: rec.Parent, Created: time.Unix(now, 0), Revision: s.rev}
 	s.notifyAddress(store.AddressPut, &out, nil)
 	return out, nil

@@ -188,7 +188,13 @@ const maxEmptyScopes = 64
 // empty once the emptied outnumber maxEmptyScopes and half the interned:
 // amortized O(1), and at most that many empty scopes are kept.
 func (r *records) dropScopeRecord(id uint32) {
-	if r.scopeLive[id]--; r.scopeLive[id] > 0 {
+	r.scopeLive[id]--
+	r.scopeEmptied(id)
+}
+
+// scopeEmptied lists scope id for the sweep if it holds no record.
+func (r *records) scopeEmptied(id uint32) {
+	if r.scopeLive[id] > 0 {
 		return
 	}
 	if n := len(r.emptyScopes); n > 0 && r.emptyScopes[n-1] == id {
@@ -246,35 +252,72 @@ func (r *records) warm(k ownerKey) {
 	}
 }
 
-// put stores a record; the caller checked the address is free.
-func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) {
-	r.putKeyed(a, r.ownerKeyOf(p), p.Name, created, rev)
+// put stores a record; the caller checked the address is free. It reports
+// false, and stores nothing, when the arena is full (see arena.limit).
+func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
+	return r.putKeyed(a, r.ownerKeyOf(p), p.Name, created, rev)
 }
 
 // putKeyed is put for a caller that has the owner's key.
-func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev int64) {
+func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev int64) bool {
 	sid := k.sid
-	r.scopeLive[sid]++
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
 	}
-	var key []byte
-	hdr := uint64(sid) << 1
-	if a.Is4() {
-		k := a.As4()
-		key = k[:]
-	} else {
-		k := a.As16()
-		key = k[:]
-		hdr |= 1
-	}
+	hdr, kb, kn := entryKey(a, sid)
+	key := kb[:kn]
 	// Room first: a growth may read every entry in the arena, and this one
 	// is not in the tables yet.
 	t := r.table(a)
 	r.reserve(t)
-	off := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, name)
+	off, ok := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, name)
+	if !ok {
+		r.scopeEmptied(sid) // interned for this record, maybe: swept if empty
+		return false
+	}
+	r.scopeLive[sid]++
 	r.insert(t, r.addrHash(key), off)
 	r.addOwner(k.h, sid, name, off)
+	return true
+}
+
+// entryKey returns the header of an entry of scope sid for address a, and
+// the address as the entry stores it: the first n bytes of key.
+func entryKey(a netip.Addr, sid uint32) (hdr uint64, key [16]byte, n int) {
+	// As16, unlike As4, has no panic to prepare for: this inlines.
+	key = a.As16()
+	if a.Is4() {
+		copy(key[:4], key[12:])
+		return uint64(sid) << 1, key, 4
+	}
+	return uint64(sid)<<1 | 1, key, 16
+}
+
+// replace gives the record of a, which exists, the owner p, created and
+// rev. The new entry is written before the old one goes, so that a full
+// arena refuses the change (false) with the old record as it was.
+func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
+	k := r.ownerKeyOf(p)
+	hdr, kb, kn := entryKey(a, k.sid)
+	off, ok := r.arena.add(hdr, kb[:kn], uint64(rev), uint32(created)-r.base, p.Name)
+	if !ok {
+		r.scopeEmptied(k.sid)
+		return false
+	}
+	// The new scope counts first: dropping the old one's record must not
+	// sweep a scope the new entry holds.
+	r.scopeLive[k.sid]++
+	t := r.table(a)
+	i := r.find(t, a)
+	old := t.off(i)
+	sid, name, size := ownerOf(r.arena.bytes(old))
+	r.dropOwner(r.ownerHash(sid, name), old)
+	r.arena.release(old, size)
+	r.dropScopeRecord(sid)
+	binary.LittleEndian.PutUint32(t.slot(i), off) // same address: same slot
+	r.addOwner(k.h, k.sid, p.Name, off)
+	r.compactIfWasteful()
+	return true
 }
 
 // ownerSlots is how many records of one owner the owner table holds (a
@@ -432,6 +475,12 @@ func (r *records) removeSlot(t *offTable, i int) {
 	r.dropOwner(r.ownerHash(sid, name), off)
 	r.arena.release(off, size)
 	r.dropScopeRecord(sid)
+	r.compactIfWasteful()
+}
+
+// compactIfWasteful compacts the arena once deleted entries take more of
+// it than live ones (and at least compactAt bytes).
+func (r *records) compactIfWasteful() {
 	if r.arena.waste >= r.compactAt && r.arena.waste > r.arena.live {
 		r.compact()
 	}
@@ -488,7 +537,7 @@ func (r *records) all(fn func(netip.Addr, entry)) {
 // reads of a batch are loaded at once (see arena.touch).
 func (r *records) compact() {
 	old := r.arena
-	r.arena = arena{}
+	r.arena = arena{limit: old.limit}
 	osize := r.owners.size
 	if small := r.owners.sizeFor(r.len()); small < osize/4 {
 		osize = small
@@ -516,7 +565,12 @@ func (r *records) compact() {
 			for k, i := range slots[:n] {
 				b := old.bytes(offs[k])
 				f := parseBytes(b, r.base)
-				noff := r.arena.addRaw(b[:f.size])
+				noff, ok := r.arena.addRaw(b[:f.size])
+				if !ok {
+					// Compaction runs when more than half the arena is
+					// waste, so the live entries fit in fewer chunks.
+					panic("memory store: live records outgrew the arena in a compaction")
+				}
 				if src == t {
 					binary.LittleEndian.PutUint32(t.slot(i), noff)
 				} else {
@@ -1049,6 +1103,10 @@ func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 // to compaction: the lists are indexed by size, and one list per byte up
 // to a huge size would cost far more than the entry.
 type arena struct {
+	// limit is the most chunks the arena may have: maxChunks, the most
+	// its offsets can name, unless a test lowers it; 0 means maxChunks.
+	// An entry that would need one more is refused (add reports false).
+	limit  int
 	chunks [][]byte
 	free   [][]uint32 // offsets of deleted entries, by entry size
 	live   int        // bytes of entries still referenced
@@ -1064,12 +1122,13 @@ const (
 )
 
 // alloc returns the chunk index and position of size fresh bytes, which
-// the caller appends to that chunk at once.
-func (a *arena) alloc(size int) (int, int) {
+// the caller appends to that chunk at once, or false when they would take
+// a chunk past the limit.
+func (a *arena) alloc(size int) (int, int, bool) {
 	n := len(a.chunks)
 	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < size {
-		if n == maxChunks {
-			panic("memory store: record arena full (4 GiB)")
+		if n == maxChunks || n == a.limit && a.limit > 0 {
+			return 0, 0, false
 		}
 		c := make([]byte, 0, max(1<<min(firstChunkLog+n, chunkBits), size+1))
 		adviseHugePages(c[:cap(c)])
@@ -1080,10 +1139,12 @@ func (a *arena) alloc(size int) (int, int) {
 		n++
 	}
 	a.live += size
-	return n - 1, len(a.chunks[n-1])
+	return n - 1, len(a.chunks[n-1]), true
 }
 
-func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name string) uint32 {
+// add stores an entry and returns its offset, or false if the arena is
+// full.
+func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name string) (uint32, bool) {
 	var buf [64]byte // most entries fit: no allocation
 	b := binary.AppendUvarint(buf[:0], hdr)
 	b = append(b, key...)
@@ -1098,16 +1159,19 @@ func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name str
 			copy(a.bytes(off), b)
 			a.waste -= size
 			a.live += size
-			return off
+			return off, true
 		}
 	}
 	return a.addRaw(b)
 }
 
-func (a *arena) addRaw(b []byte) uint32 {
-	ci, pos := a.alloc(len(b))
+func (a *arena) addRaw(b []byte) (uint32, bool) {
+	ci, pos, ok := a.alloc(len(b))
+	if !ok {
+		return 0, false
+	}
 	a.chunks[ci] = append(a.chunks[ci], b...)
-	return uint32(ci)<<chunkBits | uint32(pos)
+	return uint32(ci)<<chunkBits | uint32(pos), true
 }
 
 // bytes returns the arena from the entry at off to the end of its chunk.

@@ -462,7 +462,10 @@ func TestEntryDecodersAgree(t *testing.T) {
 		rev := rapid.Uint64().Draw(t, "rev")
 		created := rapid.Uint32().Draw(t, "created")
 		name := strings.Repeat("n", rapid.IntRange(0, 300).Draw(t, "nameLen"))
-		off := a.add(hdr, key, rev, created, name)
+		off, ok := a.add(hdr, key, rev, created, name)
+		if !ok {
+			t.Fatal("add refused an entry below the limit")
+		}
 		f := parseBytes(a.bytes(off), 0)
 		if f.sid != sid || string(f.key) != string(key) || f.rev != rev || f.created != created || f.name != name {
 			t.Fatalf("parseBytes = %+v", f)
