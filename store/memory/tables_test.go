@@ -32,15 +32,8 @@ func TestTablesWrapAndSaturate(t *testing.T) {
 		var atLow, after []netip.Addr
 		for i := 0; len(atLow) < low || len(after) < n-low; i++ {
 			a := benchAddr(v6, i)
-			var key []byte
-			if v6 {
-				k := a.As16()
-				key = k[:]
-			} else {
-				k := a.As4()
-				key = k[:]
-			}
-			switch home := r.home(tb, r.addrHash(key)); {
+			_, kb, kn := entryKey(a, 0)
+			switch home := r.home(tb, r.addrHash(kb[:kn])); {
 			case home == size-near && len(atLow) < low:
 				atLow = append(atLow, a)
 			case home > size-near && len(after) < n-low:
