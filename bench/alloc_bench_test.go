@@ -244,6 +244,7 @@ func BenchmarkParallelAllocRelease(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("impl=%s/prefix=%d/fill=50", impl, p.Bits()), func(b *testing.B) {
 				a := fixture(b, fixtureKey{impl: impl, prefix: p}, FillCount(p, 50))
+				defer shareRing(a)()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {

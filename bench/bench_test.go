@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"net/netip"
+	"sync"
 	"testing"
 
 	"k8s.io/kubernetes/pkg/registry/core/service/ipallocator"
@@ -172,5 +173,40 @@ func TestFloorIndexedKeepsItsOwnerIndex(t *testing.T) {
 	}
 	if got := f.AddressesOf(Owner(2)); len(got) != 1 || got[0] != fillAddrs[2] {
 		t.Fatalf("Owner(2) holds %v, want [%s]", got, fillAddrs[2])
+	}
+}
+
+// A shared ring hands out every owner equally often to goroutines taking
+// them at once (run under -race, a plain count is reported), and an
+// unshared one goes on from where the shared one stopped.
+func TestSharedOwnerRingHandsOutEachOwnerInTurn(t *testing.T) {
+	f := &Floor{}
+	unshare := shareRing(f)
+	const goroutines, each = 4, 4 * ownerCycle
+	counts := make([][ownerCycle]int, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				counts[g][f.ring.nextIndex()]++
+			}
+		})
+	}
+	wg.Wait()
+	unshare()
+	for i := range ownerCycle {
+		total := 0
+		for g := range goroutines {
+			total += counts[g][i]
+		}
+		if total != goroutines*each/ownerCycle {
+			t.Fatalf("owner %d handed out %d times, want %d", i, total, goroutines*each/ownerCycle)
+		}
+	}
+	if f.ring.shared {
+		t.Fatal("the ring is still shared after unshare")
+	}
+	if got := f.ring.nextIndex(); got != 0 {
+		t.Fatalf("after %d owners the next is %d, want 0", goroutines*each, got)
 	}
 }

@@ -10,7 +10,9 @@ import (
 
 // BenchmarkCalibrate measures what this machine charges for the steps an
 // allocation is made of, to read the other results against: an
-// uncontended mutex lock and unlock, a Go map insert and delete, and a
+// uncontended mutex lock and unlock, the harness's own choice of the next
+// owner (part of every measured operation but the bitmap's), a Go map
+// insert and delete, and a
 // load from a random line of an array of a given size, which the next
 // load depends on (a cache hit, a miss, and a TLB miss beyond a few MiB).
 func BenchmarkCalibrate(b *testing.B) {
@@ -19,6 +21,16 @@ func BenchmarkCalibrate(b *testing.B) {
 		for b.Loop() {
 			mu.Lock() // an empty critical section: the lock is what is measured
 			mu.Unlock()
+		}
+	})
+	b.Run("op=owner-ring", func(b *testing.B) {
+		var r ownerRing
+		n := 0
+		for b.Loop() {
+			n += len(r.next().Name)
+		}
+		if n < 0 {
+			b.Fatal("unreachable: keeps the owners alive")
 		}
 	})
 	b.Run("op=map-insert-delete", func(b *testing.B) {

@@ -164,3 +164,5 @@ func (f *Floor) Fill(addrs []netip.Addr) error {
 
 // Close implements Allocator.
 func (f *Floor) Close() error { return nil }
+
+func (f *Floor) cycleRing() *ownerRing { return &f.ring }

@@ -186,3 +186,5 @@ func (f *FloorIndexed) Fill(addrs []netip.Addr) error {
 
 // Close implements Allocator.
 func (f *FloorIndexed) Close() error { return nil }
+
+func (f *FloorIndexed) cycleRing() *ownerRing { return &f.ring }
