@@ -237,11 +237,16 @@ func (p ParentRef) ValidateScope() error {
 
 // ValidateName reports whether p's Name is valid, by Validate's rules and
 // with its errors.
-func (p ParentRef) ValidateName() error {
-	if p.nameValid() {
+func (p ParentRef) ValidateName() error { return validateName(p.Name) }
+
+// validateName is ValidateName on the name alone: small enough that
+// ValidateName inlines, and the caller passes one string, not four.
+func validateName(name string) error {
+	// A name without a dot, the usual case, is settled by its classes.
+	if len(name) <= maxSubdomainLen && (nameClasses(name)&^classHyphen == 0 || isSubdomain(name)) {
 		return nil
 	}
-	return joinErrs(flatten(p.nameErrs()))
+	return joinErrs(flatten(ParentRef{Name: name}.nameErrs()))
 }
 
 // scopeValid and nameValid are the verdicts alone: the same rules as
@@ -390,27 +395,32 @@ const (
 	classHyphen = 1 << iota
 	classDot
 	classOther
+	// classEdge is not a byte's class: nameClasses adds it when s is
+	// empty or an end of it is no letter or digit.
+	classEdge
 )
 
-// classesOf returns the OR of the classes of s's bytes. Eight at a time,
-// as one expression, so the loop's own work is paid once per eight bytes.
-func classesOf(s string) byte {
-	var c byte
-	for len(s) >= 8 {
-		c |= nameClass[s[0]] | nameClass[s[1]] | nameClass[s[2]] | nameClass[s[3]] |
-			nameClass[s[4]] | nameClass[s[5]] | nameClass[s[6]] | nameClass[s[7]]
-		s = s[8:]
+// nameClasses returns the OR of the classes of s's bytes, and classEdge
+// if s is empty or does not start and end with a lower-case letter or
+// digit: a label is exactly a string with no bit but classHyphen. Eight
+// bytes at a time, as one expression, so the loop's own work is paid once
+// per eight bytes; each step reads a window of a fixed eight bytes, whose
+// loads then need no bounds checks of their own.
+func nameClasses(s string) byte {
+	if len(s) == 0 || nameClass[s[0]]|nameClass[s[len(s)-1]] != 0 {
+		return classEdge
 	}
-	for i := 0; i < len(s); i++ {
+	var c byte
+	i := 8
+	for ; i <= len(s); i += 8 {
+		w := s[i-8 : i]
+		c |= nameClass[w[0]] | nameClass[w[1]] | nameClass[w[2]] | nameClass[w[3]] |
+			nameClass[w[4]] | nameClass[w[5]] | nameClass[w[6]] | nameClass[w[7]]
+	}
+	for i -= 8; i < len(s); i++ {
 		c |= nameClass[s[i]]
 	}
 	return c
-}
-
-// alnumEnds reports whether s is not empty and starts and ends with a
-// lower-case letter or digit.
-func alnumEnds(s string) bool {
-	return len(s) > 0 && nameClass[s[0]] == 0 && nameClass[s[len(s)-1]] == 0
 }
 
 // isSubdomain reports whether s is one or more labels joined by '.' (any
@@ -419,15 +429,12 @@ func alnumEnds(s string) bool {
 // letters or digits (a label's edges are the string's ends and its dots).
 // Names without a dot, the usual case, are settled by their classes.
 func isSubdomain(s string) bool {
-	if !alnumEnds(s) {
-		return false
-	}
-	c := classesOf(s)
-	if c&classOther != 0 {
-		return false
-	}
-	if c&classDot == 0 {
+	c := nameClasses(s)
+	if c&^classHyphen == 0 {
 		return true
+	}
+	if c&(classOther|classEdge) != 0 {
+		return false
 	}
 	// The ends are not dots, so a dot has two neighbours.
 	for i := 1; i < len(s)-1; i++ {
@@ -442,7 +449,7 @@ func isSubdomain(s string) bool {
 // length; the callers check the length): letters or digits at the ends,
 // '-' also allowed between.
 func isLabel(s string) bool {
-	return alnumEnds(s) && classesOf(s)&^classHyphen == 0
+	return nameClasses(s)&^classHyphen == 0
 }
 
 // FieldErrors returns the *FieldError values in err, in order, looking

@@ -343,6 +343,10 @@ func TestNameChecksMatchTheGrammar(t *testing.T) {
 		if got, want := isSubdomain(s), subdomain.MatchString(s); got != want {
 			rt.Fatalf("isSubdomain(%q) = %v, want %v", s, got, want)
 		}
+		// ValidateName has a quick path of its own for names without a dot.
+		if got, want := (ParentRef{Name: s}).ValidateName() == nil, subdomain.MatchString(s) && len(s) <= maxSubdomainLen; got != want {
+			rt.Fatalf("ParentRef{Name: %q}.ValidateName() == nil is %v, want %v", s, got, want)
+		}
 		p := ParentRef{Group: gen.Draw(rt, "group"), Resource: gen.Draw(rt, "resource"), Namespace: gen.Draw(rt, "namespace"), Name: s}
 		// The quick verdicts agree with the errors, and Validate is the
 		// scope's and the name's checks together, errors in field order.
