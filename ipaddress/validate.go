@@ -156,6 +156,14 @@ func ParseAddrLegacy(s string) (netip.Addr, bool) {
 // ValidateAddr reports whether a may be allocated: valid, not IPv4-mapped, no zone.
 // The error is a *FieldError for "metadata.name".
 func ValidateAddr(a netip.Addr) error {
+	if a.Is4() { // valid, with no zone, not mapped: small enough to inline
+		return nil
+	}
+	return validateAddr(a)
+}
+
+// validateAddr is ValidateAddr past its IPv4 case.
+func validateAddr(a netip.Addr) error {
 	switch {
 	case !a.IsValid():
 		return &FieldError{Field: fieldName, Detail: detailInvalidIP, Required: true}
