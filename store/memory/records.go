@@ -595,11 +595,17 @@ func mix64(z uint64) uint64 {
 // addrHash hashes an address in its 4- or 16-byte form.
 func (r *records) addrHash(key []byte) uint64 {
 	if len(key) == 4 {
-		return mix64(r.seed^uint64(binary.BigEndian.Uint32(key))) & r.mask
+		return r.addrHash4(uint64(binary.BigEndian.Uint32(key)))
 	}
-	hi, lo := binary.BigEndian.Uint64(key[:8]), binary.BigEndian.Uint64(key[8:])
-	return mix64(mix64(r.seed^lo)^hi) & r.mask
+	return r.addrHash16(binary.BigEndian.Uint64(key[:8]), binary.BigEndian.Uint64(key[8:]))
 }
+
+// addrHash4 is addrHash of the 4-byte form of an address, read as v.
+func (r *records) addrHash4(v uint64) uint64 { return mix64(r.seed^v) & r.mask }
+
+// addrHash16 is addrHash of the 16-byte form of an address, read as the
+// words hi and lo.
+func (r *records) addrHash16(hi, lo uint64) uint64 { return mix64(mix64(r.seed^lo)^hi) & r.mask }
 
 // ownerHash hashes an owner, its scope's index and its name, in plain Go:
 // cheaper than maphash.String on names of tens of bytes. The scope and the
@@ -929,21 +935,29 @@ func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
 
 // find returns the slot of address a in its table t, or -1.
 func (r *records) find(t *offTable, a netip.Addr) int {
-	// No record has an address CreateAddresses refuses, and the key below
-	// would map a zoned or zero address onto the record of another.
-	if t.n == 0 || !a.IsValid() || a.Zone() != "" {
+	if t.n == 0 {
 		return -1
 	}
-	var k [16]byte
-	key := k[:4]
-	if a.Is4() {
-		k4 := a.As4()
-		copy(key, k4[:])
+	// The address as two words, compared with an entry's key in place of
+	// its bytes: no copy of the key, and no call to compare them. The
+	// table of a family holds entries of that family only.
+	var hi, lo, h uint64
+	is6 := !a.Is4()
+	if is6 {
+		// No record has an address CreateAddresses refuses, and the key
+		// below would map a zoned or zero address onto the record of
+		// another.
+		if !a.IsValid() || a.Zone() != "" {
+			return -1
+		}
+		k := a.As16()
+		hi, lo = binary.BigEndian.Uint64(k[:8]), binary.BigEndian.Uint64(k[8:])
+		h = r.addrHash16(hi, lo)
 	} else {
-		k = a.As16()
-		key = k[:]
+		k := a.As4()
+		lo = uint64(binary.BigEndian.Uint32(k[:]))
+		h = r.addrHash4(lo)
 	}
-	h := r.addrHash(key)
 	i, tag := r.home(t, h), uint8(h)
 	for d := 0; ; d++ {
 		s := t.slot(i)
@@ -955,8 +969,16 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		if rd < d {
 			return -1
 		}
-		if rd == d && s[5] == tag && string(keyOf(r.arena.bytes(off))) == string(key) {
-			return i
+		if rd == d && s[5] == tag { // same home and tag: maybe a's
+			// The entry's key follows its header, mostly one byte.
+			b, p := r.arena.bytes(off), 1
+			if b[0] >= 0x80 {
+				_, p = uvarintLong(b, 0)
+			}
+			if is6 && binary.BigEndian.Uint64(b[p:]) == hi && binary.BigEndian.Uint64(b[p+8:]) == lo ||
+				!is6 && uint64(binary.BigEndian.Uint32(b[p:])) == lo {
+				return i
+			}
 		}
 		i = t.next(i)
 	}
@@ -1030,17 +1052,6 @@ func parseBytes(b []byte, base uint32) fields {
 		name = unsafe.String(&b[p], int(nl))
 	}
 	return fields{key: key, name: name, rev: rev, sid: uint32(hdr >> 1), created: base + uint32(cd), size: p + int(nl)}
-}
-
-// keyOf returns the address bytes of the entry at the start of b, without
-// decoding the rest.
-func keyOf(b []byte) []byte {
-	hdr, p := uint64(b[0]), 1
-	if hdr >= 0x80 {
-		hdr, p = uvarintLong(b, 0)
-	}
-	kl := 4 + 12*int(hdr&1)
-	return b[p : p+kl : p+kl]
 }
 
 // uvarintAt decodes the uvarint at b[p:] and returns it and the position

@@ -446,7 +446,7 @@ func TestReturnedNamesSurviveReuse(t *testing.T) {
 	}
 }
 
-// TestEntryDecodersAgree: the hot paths' partial decoders (ownerOf, keyOf)
+// TestEntryDecodersAgree: the hot paths' partial decoders (ownerOf)
 // read the same fields as parseBytes, for one-byte and longer varints alike.
 func TestEntryDecodersAgree(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -473,9 +473,6 @@ func TestEntryDecodersAgree(t *testing.T) {
 		gotSid, gotName, gotSize := ownerOf(a.bytes(off))
 		if gotSid != f.sid || gotName != f.name || gotSize != f.size {
 			t.Fatalf("ownerOf = %d %q %d, parseBytes %d %q %d", gotSid, gotName, gotSize, f.sid, f.name, f.size)
-		}
-		if got := keyOf(a.bytes(off)); string(got) != string(key) {
-			t.Fatalf("keyOf = %x, want %x", got, key)
 		}
 	})
 }
@@ -772,5 +769,56 @@ func TestTablesGrowAtTheirLoadBound(t *testing.T) {
 	}
 	for i := range 3000 {
 		put(3000 + i)
+	}
+}
+
+// find compares an entry's key with the address as words, after the
+// entry's header: it tells apart addresses that differ in any one byte,
+// behind headers of one byte and of two (scope indexes from 64 on), when
+// every entry collides.
+func TestFindTellsApartAddressesThatDifferInOneByte(t *testing.T) {
+	r := newRecords()
+	r.mask = 0 // one hash value: every entry in one run, every key compared
+	// Scope 0 is services/default; scopes 1 to 64 fill, so that the
+	// scopes interned next have two-byte headers (sid<<1 >= 0x80).
+	r.put(netip.MustParseAddr("192.168.1.0"), ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "f"}, 1, 1)
+	for i := range 64 {
+		r.put(netip.AddrFrom4([4]byte{192, 168, 0, byte(i)}), ipaddress.ParentRef{Resource: "fill", Namespace: fmt.Sprintf("f-%d", i), Name: "f"}, 1, 1)
+	}
+	base4, base6 := [4]byte{10, 1, 2, 3}, [16]byte{0: 0xfd, 15: 1}
+	// The addresses one byte away from the base ones: even bytes held,
+	// odd ones missing, and the base addresses held.
+	held := []netip.Addr{netip.AddrFrom4(base4), netip.AddrFrom16(base6)}
+	var missing []netip.Addr
+	for k := range 16 {
+		b6 := base6
+		b6[k] ^= 0x80
+		to := &held
+		if k%2 == 1 {
+			to = &missing
+		}
+		*to = append(*to, netip.AddrFrom16(b6))
+		if k < 4 {
+			b4 := base4
+			b4[k] ^= 0x80
+			*to = append(*to, netip.AddrFrom4(b4))
+		}
+	}
+	for j, a := range held {
+		ns := "default" // scope 0: a one-byte header
+		if j%2 == 1 {
+			ns = fmt.Sprintf("ns-%d", j) // scope 65 on: two bytes
+		}
+		r.put(a, ipaddress.ParentRef{Resource: "services", Namespace: ns, Name: a.String()}, 1, 1)
+	}
+	for _, a := range held {
+		if rec, ok := r.get(a); !ok || rec.Addr != a || rec.Parent.Name != a.String() {
+			t.Errorf("get(%s) = %+v, %v; want its own record", a, rec, ok)
+		}
+	}
+	for _, a := range missing {
+		if r.has(a) {
+			t.Errorf("has(%s) = true for an address never put", a)
+		}
 	}
 }
