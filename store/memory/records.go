@@ -158,11 +158,20 @@ func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
 
 // knownScope returns the index of p's scope if it is interned.
 func (r *records) knownScope(p ipaddress.ParentRef) (uint32, bool) {
-	if r.lastOK {
-		if l := &r.scopes[r.last]; sameString(l.namespace, p.Namespace) && sameString(l.resource, p.Resource) && sameString(l.group, p.Group) {
-			return r.last, true
-		}
+	if r.lastOK && sameScope(&r.scopes[r.last], &p) {
+		return r.last, true
 	}
+	return r.lookUpScope(&p)
+}
+
+// sameScope reports whether s is p's scope: small enough to inline, so
+// that the common case costs no call.
+func sameScope(s *scope, p *ipaddress.ParentRef) bool {
+	return sameString(s.namespace, p.Namespace) && sameString(s.resource, p.Resource) && sameString(s.group, p.Group)
+}
+
+// lookUpScope is knownScope past the last scope: a map lookup.
+func (r *records) lookUpScope(p *ipaddress.ParentRef) (uint32, bool) {
 	id, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]
 	if ok {
 		r.last, r.lastOK = id, true
@@ -235,9 +244,14 @@ func (r *records) ownerKeyOf(p ipaddress.ParentRef) ownerKey {
 // knownOwnerKey returns p's key if its scope is interned already, and
 // interns nothing: for a write that may yet be refused.
 func (r *records) knownOwnerKey(p ipaddress.ParentRef) (ownerKey, bool) {
-	sid, ok := r.knownScope(p)
-	if !ok {
-		return ownerKey{}, false
+	// knownScope by hand: its call, and the copy of p it takes, cost more
+	// than the common case, the last scope again.
+	sid := r.last
+	if !r.lastOK || !sameScope(&r.scopes[sid], &p) {
+		var ok bool
+		if sid, ok = r.lookUpScope(&p); !ok {
+			return ownerKey{}, false
+		}
 	}
 	return ownerKey{sid, r.ownerHash(sid, p.Name)}, true
 }

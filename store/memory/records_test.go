@@ -718,6 +718,11 @@ func TestTheLastScopeIsToldApartByContent(t *testing.T) {
 		if same := known && got == want; same != tc.same {
 			t.Errorf("%s: knownScope = %d %v, the scope put is %d: same %v, want %v", tc.name, got, known, want, same, tc.same)
 		}
+		// knownOwnerKey, the write path's, has the same verdict.
+		wantKey := func(q ipaddress.ParentRef, sid uint32) ownerKey { return ownerKey{sid, r.ownerHash(sid, q.Name)} }
+		if k, known := r.knownOwnerKey(tc.q); known != tc.same || known && k != wantKey(tc.q, want) {
+			t.Errorf("%s: knownOwnerKey = %+v %v, want %+v %v", tc.name, k, known, wantKey(tc.q, want), tc.same)
+		}
 		if tc.same {
 			continue
 		}
@@ -726,8 +731,17 @@ func TestTheLastScopeIsToldApartByContent(t *testing.T) {
 		if got, _ := r.knownScope(p); got != want {
 			t.Errorf("%s: after putting it, knownScope(first) = %d, want %d", tc.name, got, want)
 		}
-		if got, _ := r.knownScope(tc.q); got == want {
+		got, _ = r.knownScope(tc.q)
+		if got == want {
 			t.Errorf("%s: after putting it, it has the first scope's index %d", tc.name, got)
+		}
+		for _, c := range []struct {
+			q   ipaddress.ParentRef
+			sid uint32
+		}{{p, want}, {tc.q, got}, {tc.q, got}, {p, want}} {
+			if k, known := r.knownOwnerKey(c.q); !known || k != wantKey(c.q, c.sid) {
+				t.Errorf("%s: after putting it, knownOwnerKey(%+v) = %+v %v, want %+v", tc.name, c.q, k, known, wantKey(c.q, c.sid))
+			}
 		}
 	}
 }
