@@ -1134,6 +1134,15 @@ func (a *Allocator) appliedThrough(rev int64) bool {
 // Failures are logged, not returned: the address is free either way, and
 // the background reconciler checks the CIDR again.
 func (a *Allocator) released(ctx context.Context, addr netip.Addr, deleted int64) {
+	// The common case, checked inline: nothing dying, and a deletion the
+	// caller applied itself (see appliedThrough).
+	if deleted > 0 || a.dyingCount.Load() != 0 {
+		a.recheckReleased(ctx, addr, deleted)
+	}
+}
+
+// recheckReleased is released past its common case.
+func (a *Allocator) recheckReleased(ctx context.Context, addr netip.Addr, deleted int64) {
 	// Nothing dying is an answer only from an index that has applied the
 	// deletion: one that lags may not know yet that a CIDR holding addr
 	// turned Terminating before it, and a process ending soon (ipamctl)
