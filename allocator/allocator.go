@@ -789,6 +789,14 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 	// its counters.
 	switch a.cfg.policy.(type) {
 	case oldestFirst:
+		// Mostly the oldest pool is open, dense and with nothing to step
+		// over: its bitmap answers, without the walk.
+		if pl := live[0].pool; a.open[fam].has(0) && pl.bits != nil && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 && !pl.knownFull() {
+			if x, ok := a.nextInDenseLocked(pl); ok {
+				live[0].choose(x, c)
+				return nil
+			}
+		}
 		return a.walkLiveLocked(fam, 0, skip, c)
 	case randomOrder:
 		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip, c)

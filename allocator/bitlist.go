@@ -20,6 +20,11 @@ func (b *bitList) set(i int, v bool) {
 	}
 }
 
+// has reports whether bit i is set.
+func (b *bitList) has(i int) bool {
+	return i < b.n && b.w[i/64]&(1<<(i%64)) != 0
+}
+
 // insert puts a bit v at i (0 <= i <= len), after shifting bit i and the
 // ones above it up by one.
 func (b *bitList) insert(i int, v bool) {

@@ -7,13 +7,11 @@ import (
 	"pgregory.net/rapid"
 )
 
-// len and get read a bitList back; only the tests need them.
+// len reads a bitList's length back; only the tests need it.
 func (b *bitList) len() int { return b.n }
 
-func (b *bitList) get(i int) bool { return b.w[i/64]&(1<<(i%64)) != 0 }
-
 // TestBitListFollowsASliceOfBools inserts, removes and sets bits at random
-// places, across word boundaries, and compares every bit, next and any
+// places, across word boundaries, and compares every bit (has), next and any
 // with a []bool doing the same.
 func TestBitListFollowsASliceOfBools(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -42,9 +40,12 @@ func TestBitListFollowsASliceOfBools(t *testing.T) {
 				rt.Fatalf("len %d in %d words, want %d", b.len(), len(b.w), len(model))
 			}
 			for i, v := range model {
-				if b.get(i) != v {
+				if b.has(i) != v {
 					rt.Fatalf("bit %d = %v, want %v", i, !v, v)
 				}
+			}
+			if b.has(len(model)) {
+				rt.Fatalf("has(%d) = true, past the end", len(model))
 			}
 			if n := len(model); n%64 != 0 && b.w[len(b.w)-1]>>(n%64) != 0 {
 				rt.Fatalf("bits set beyond len %d", n)

@@ -200,8 +200,8 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 			return fmt.Errorf("open[%d] has %d marks for %d live pools", f, a.open[f].len(), len(wantLive[f]))
 		}
 		for i, l := range wantLive[f] {
-			if a.open[f].get(i) != !l.pool.knownFull() {
-				return fmt.Errorf("open[%d] marks %s (known full: %v) as %v", f, l.pool.prefix, l.pool.knownFull(), a.open[f].get(i))
+			if a.open[f].has(i) != !l.pool.knownFull() {
+				return fmt.Errorf("open[%d] marks %s (known full: %v) as %v", f, l.pool.prefix, l.pool.knownFull(), a.open[f].has(i))
 			}
 			full = full && l.pool.knownFull()
 		}

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
@@ -137,8 +138,17 @@ func TestPoolSearchFollowsTheBandsAndTheStart(t *testing.T) {
 		a.mu.Lock()
 		a.pending = append(a.pending, pending...)
 		got, found := a.nextInPoolLocked(a.pools[p], skip)
+		// The whole choice, with its shortcut for the oldest pool, finds
+		// the same address from the same starts (and asks Start the same,
+		// which the checks below see).
+		strategy.offsets, strategy.asked = slices.Clone(offsets), nil
+		var c choice
+		chooseErr := a.chooseNextLocked(ipaddress.FamilyOf(p.Addr()), skip, &c)
 		a.pending = a.pending[:0]
 		a.mu.Unlock()
+		if found && (chooseErr != nil || c.addr != got.Addr(is4)) || !found && !errors.Is(chooseErr, ErrFull) {
+			rt.Fatalf("chooseNextLocked = %s, %v; nextInPoolLocked %s, %v", c.addr, chooseErr, got.Addr(is4), found)
+		}
 
 		free := func(x netip.Addr) bool {
 			return !used[x] && !(excluded.IsValid() && excluded.Contains(x)) && !slices.Contains(pending, x) && !slices.Contains(skip, x)
