@@ -102,7 +102,13 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) {
 		// The common write, into the pool written last, the only one
 		// holding x, with a bit for it and no excluded address to count.
 		if pl.bits.Set(x.Lo - pl.first.Lo) {
-			a.countUsedLocked(pl, false)
+			// countUsedLocked(pl, false), its common case inline: the
+			// pool does not fill, and there is no MostFree to tell.
+			if used := pl.used.Inc(); used != pl.size && a.mostFree[pl.fam] == nil {
+				pl.used = used
+			} else {
+				a.countUsedLocked(pl, false)
+			}
 		}
 		return
 	}
@@ -180,7 +186,14 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) {
 	if pl := a.lastAlone[fam][0]; pl != nil && pl.bits != nil && pl.excluded.IsZero() && pl.contains(x) {
 		// markUsedLocked's common write, undone.
 		if pl.bits.Clear(x.Lo - pl.first.Lo) {
-			a.countFreedLocked(pl, false)
+			// countFreedLocked(pl, false), its common case inline: the
+			// pool was not full, there is no MostFree to tell and no
+			// Terminating CIDR to check again.
+			if pl.used != pl.size && a.mostFree[pl.fam] == nil && len(pl.dying) == 0 {
+				pl.used = pl.used.Dec()
+			} else {
+				a.countFreedLocked(pl, false)
+			}
 		}
 		return
 	}
