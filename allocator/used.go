@@ -96,22 +96,55 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 }
 
 // markUsedLocked adds addr to the used addresses and its pools' counters.
-func (a *Allocator) markUsedLocked(addr netip.Addr) {
+func (a *Allocator) markUsedLocked(addr netip.Addr) { a.markLocked(addr, true) }
+
+// markFreeLocked removes addr from the used addresses, and has the
+// Terminating CIDRs containing it checked again.
+func (a *Allocator) markFreeLocked(addr netip.Addr) { a.markLocked(addr, false) }
+
+// markLocked is markUsedLocked if used, else markFreeLocked: one function,
+// so that addressChangedLocked inlines and a write makes one call, and
+// both share the common case, a write into the pool written last, the
+// only one holding addr, with a bit for it and no excluded address to
+// count.
+func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
-	if pl := a.lastAlone[fam][0]; pl != nil && pl.bits != nil && pl.excluded.IsZero() && pl.contains(x) {
-		// The common write, into the pool written last, the only one
-		// holding x, with a bit for it and no excluded address to count.
+	pl := a.lastAlone[fam][0]
+	if pl == nil || pl.bits == nil || !pl.excluded.IsZero() || !pl.contains(x) {
+		if used {
+			a.markUsedInLocked(fam, x)
+		} else {
+			a.markFreeInLocked(fam, x)
+		}
+		return
+	}
+	if used {
 		if pl.bits.Set(x.Lo - pl.first.Lo) {
 			// countUsedLocked(pl, false), its common case inline: the
 			// pool does not fill, and there is no MostFree to tell.
-			if used := pl.used.Inc(); used != pl.size && a.mostFree[pl.fam] == nil {
-				pl.used = used
+			if n := pl.used.Inc(); n != pl.size && a.mostFree[pl.fam] == nil {
+				pl.used = n
 			} else {
 				a.countUsedLocked(pl, false)
 			}
 		}
 		return
 	}
+	if pl.bits.Clear(x.Lo - pl.first.Lo) {
+		// countFreedLocked(pl, false), its common case inline: the pool
+		// was not full, there is no MostFree to tell and no Terminating
+		// CIDR to check again.
+		if pl.used != pl.size && a.mostFree[pl.fam] == nil && len(pl.dying) == 0 {
+			pl.used = pl.used.Dec()
+		} else {
+			a.countFreedLocked(pl, false)
+		}
+	}
+}
+
+// markUsedInLocked is markUsedLocked past its common case: x, of family
+// fam, into whichever pools hold it.
+func (a *Allocator) markUsedInLocked(fam int, x u128.U128) {
 	pools, dense := a.poolsHolding(fam, x)
 	added := false
 	for _, pl := range pools {
@@ -179,24 +212,8 @@ func (a *Allocator) excludedIn(pools []*pool, x u128.U128) bool {
 	return false
 }
 
-// markFreeLocked removes addr from the used addresses, and has the
-// Terminating CIDRs containing it checked again.
-func (a *Allocator) markFreeLocked(addr netip.Addr) {
-	x, fam := u128.FromAddr(addr), famIndex(addr)
-	if pl := a.lastAlone[fam][0]; pl != nil && pl.bits != nil && pl.excluded.IsZero() && pl.contains(x) {
-		// markUsedLocked's common write, undone.
-		if pl.bits.Clear(x.Lo - pl.first.Lo) {
-			// countFreedLocked(pl, false), its common case inline: the
-			// pool was not full, there is no MostFree to tell and no
-			// Terminating CIDR to check again.
-			if pl.used != pl.size && a.mostFree[pl.fam] == nil && len(pl.dying) == 0 {
-				pl.used = pl.used.Dec()
-			} else {
-				a.countFreedLocked(pl, false)
-			}
-		}
-		return
-	}
+// markFreeInLocked is markFreeLocked past its common case.
+func (a *Allocator) markFreeInLocked(fam int, x u128.U128) {
 	pools, dense := a.poolsHolding(fam, x)
 	removed := false
 	for _, pl := range pools {

@@ -107,11 +107,7 @@ func (w watcher) AddressChanged(kind store.EventKind, addr netip.Addr, rev int64
 }
 
 func (a *Allocator) addressChangedLocked(kind store.EventKind, addr netip.Addr) {
-	if kind == store.AddressPut {
-		a.markUsedLocked(addr)
-	} else {
-		a.markFreeLocked(addr)
-	}
+	a.markLocked(addr, kind == store.AddressPut)
 }
 
 // lockForWatch locks mu for Reset and Apply, unless the store calls them
