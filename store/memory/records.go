@@ -1172,7 +1172,13 @@ func (a *arena) alloc(size int) (int, int, bool) {
 func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name string) (uint32, bool) {
 	var buf [64]byte // most entries fit: no allocation
 	b := binary.AppendUvarint(buf[:0], hdr)
-	b = append(b, key...)
+	// The key as words, not a call to copy 4 or 16 bytes.
+	if len(key) == 4 {
+		b = binary.LittleEndian.AppendUint32(b, binary.LittleEndian.Uint32(key))
+	} else {
+		b = binary.LittleEndian.AppendUint64(b, binary.LittleEndian.Uint64(key[:8]))
+		b = binary.LittleEndian.AppendUint64(b, binary.LittleEndian.Uint64(key[8:16]))
+	}
 	b = binary.AppendUvarint(b, rev)
 	b = binary.AppendUvarint(b, uint64(created))
 	b = binary.AppendUvarint(b, uint64(len(name)))
