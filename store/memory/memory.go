@@ -137,6 +137,17 @@ func (s *Store) Mutex() *sync.Mutex { return &s.mu }
 
 // unix returns the time to stamp on a record, in Unix seconds.
 func (s *Store) unix() int64 {
+	// Mostly the clock's second is cached: small enough to inline. Only
+	// a store without now starts the clock (readUnix), so a cached second
+	// says now is nil.
+	if sec := s.clock.cached.Load(); sec != 0 {
+		return sec
+	}
+	return s.readUnix()
+}
+
+// readUnix is unix past its common case.
+func (s *Store) readUnix() int64 {
 	if s.now != nil {
 		// What a record keeps (a uint32 of seconds): Created as returned
 		// and as read back must agree.
