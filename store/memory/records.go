@@ -338,32 +338,6 @@ func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int6
 // dual-stack owner has two); the owner's further records go to more.
 const ownerSlots = 2
 
-// ownerSlotOf returns the slot of the owner table holding the entry at off,
-// whose owner hash is h, or -1 if more holds it. An offset names one
-// entry, so the arena is not read.
-func (r *records) ownerSlotOf(h uint64, off uint32) int {
-	t := &r.owners
-	if t.n == 0 {
-		return -1
-	}
-	i := r.home(t, h)
-	for d := 0; ; d++ {
-		s := t.slot(i)
-		cur := binary.LittleEndian.Uint32(s)
-		if cur == 0 {
-			return -1
-		}
-		if cur == off {
-			return i
-		}
-		rd := r.slotDist(t, i, s)
-		if rd < d {
-			return -1
-		}
-		i = t.next(i)
-	}
-}
-
 // addOwner indexes the entry at off under its owner (sid, name), hash h:
 // in the owner table unless ownerSlots of its slots there hold the owner's
 // records already, and then in more. One walk from the home of h counts
@@ -408,12 +382,26 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 	}
 }
 
-// dropOwner removes the entry at off from the owner index: O(1) expected
-// from the table, and from more, where the last entry takes its place.
+// dropOwner removes the entry at off, whose owner hash is h, from the
+// owner index: O(1) expected from the table, and from more, where the last
+// entry takes its place.
 func (r *records) dropOwner(h uint64, off uint32) {
-	if at := r.ownerSlotOf(h, off); at >= 0 {
-		r.removeAt(&r.owners, at)
-		return
+	// The owner table holds the entry if a probe for h meets off: an
+	// offset names one entry, so the arena is not read.
+	if t := &r.owners; t.n > 0 {
+		i := r.home(t, h)
+		for d := 0; ; d++ {
+			s := t.slot(i)
+			cur := binary.LittleEndian.Uint32(s)
+			if cur == off {
+				r.removeAt(t, i)
+				return
+			}
+			if cur == 0 || r.slotDist(t, i, s) < d {
+				break // in more
+			}
+			i = t.next(i)
+		}
 	}
 	k, ok := r.morePos[off]
 	if !ok {
