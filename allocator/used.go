@@ -110,7 +110,10 @@ func (a *Allocator) markFreeLocked(addr netip.Addr) { a.markLocked(addr, false) 
 func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	pl := a.lastAlone[fam][0]
-	if pl == nil || pl.bits == nil || !pl.excluded.IsZero() || !pl.contains(x) {
+	// A dense pool's size fits in 64 bits: x is in it if its offset from
+	// the first address is below the size. (An x past a carry into the
+	// high word, in a pool that crosses one, takes the general path.)
+	if pl == nil || pl.bits == nil || !pl.excluded.IsZero() || x.Hi != pl.first.Hi || x.Lo-pl.first.Lo >= pl.size.Lo {
 		if used {
 			a.markUsedInLocked(fam, x)
 		} else {

@@ -146,3 +146,56 @@ func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
 		t.Fatalf("after the release of %s, recheck = %v; want old in it", r.Addr, a.recheck)
 	}
 }
+
+// The shortcut for the pool written last tells its addresses by their
+// offset from the pool's first one, in the low word: an IPv6 address at
+// the same offset in another high word, in another pool or in none, is
+// not the pool's, whether it is put or deleted.
+func TestAWriteInAnotherHighWordMissesThePoolWrittenLast(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	a, err := New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	low, high := netip.MustParsePrefix("fd00::/120"), netip.MustParsePrefix("fd00:0:0:1::/120")
+	if _, err := a.CreateCIDR(ctx, "low", low); err != nil {
+		t.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
+	check := func(step string) {
+		t.Helper()
+		used, err := st.ListAddresses(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if err := a.checkDerivedLocked(used); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	mine, alien := netip.MustParseAddr("fd00::7"), netip.MustParseAddr("fd00:0:0:1::5")
+	for _, withHigh := range []bool{false, true} {
+		if withHigh {
+			if _, err := a.CreateCIDR(ctx, "high", high); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, step := range []struct {
+			name string
+			put  bool
+			addr netip.Addr
+		}{{"put in low", true, mine}, {"put elsewhere", true, alien}, {"delete in low", false, mine}, {"put in low again", true, mine}, {"delete elsewhere", false, alien}, {"delete in low again", false, mine}} {
+			if step.put {
+				if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: step.addr, Parent: owner}}); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, _, err := st.DeleteAddress(ctx, step.addr); err != nil {
+				t.Fatal(err)
+			}
+			check(fmt.Sprintf("high CIDR %v, %s", withHigh, step.name))
+		}
+	}
+}
