@@ -787,17 +787,20 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 	// The built-in policies need no candidates: live is in OldestFirst's
 	// order already (syncPoolsLocked), and a full pool is known full from
 	// its counters.
-	switch a.cfg.policy.(type) {
-	case oldestFirst:
+	if _, ok := a.cfg.policy.(oldestFirst); ok { // the default, asked first
 		// Mostly the oldest pool is open, dense and with nothing to step
-		// over: its bitmap answers, without the walk.
-		if pl := live[0].pool; a.open[fam].has(0) && pl.bits != nil && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 && !pl.knownFull() {
+		// over: its bitmap answers, without the walk. (Open, it is not
+		// known full: fullnessChangedLocked keeps the mark of a pool with
+		// nothing excluded.)
+		if pl := live[0].pool; a.open[fam].has(0) && pl.bits != nil && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 {
 			if x, ok := a.nextInDenseLocked(pl); ok {
 				live[0].choose(x, c)
 				return nil
 			}
 		}
 		return a.walkLiveLocked(fam, 0, skip, c)
+	}
+	switch a.cfg.policy.(type) {
 	case randomOrder:
 		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip, c)
 	case mostFree:
