@@ -257,6 +257,9 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	if a.cfg.strategy == nil {
 		a.cfg.strategy = RandomStart(nil)
 	}
+	if ms, ok := a.cfg.strategy.(mixedStart); ok {
+		a.cfg.strategy = ms.own() // Start is called under a.mu only
+	}
 	if a.cfg.policy == nil {
 		a.cfg.policy = OldestFirst()
 	}

@@ -1,12 +1,23 @@
-package allocator_test
+package allocator
 
 import (
+	"context"
 	"sync"
 	"testing"
 
-	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store/memory"
 )
+
+// defaultStarts are the two forms of the default generator: the Strategy
+// RandomStart(nil) returns, which allocators may share, and the one an
+// allocator makes of it for its own use under its lock.
+func defaultStarts() map[string]Strategy {
+	return map[string]Strategy{
+		"shared": RandomStart(nil),
+		"owned":  RandomStart(nil).(mixedStart).own(),
+	}
+}
 
 // chiSquare returns Pearson's statistic of counts against a uniform
 // expectation.
@@ -26,7 +37,12 @@ func chiSquare(counts []int, draws int) float64 {
 // ones a uniform source exceeds with a chance under 1e-12 (chi-square
 // with 9 and 63 degrees of freedom).
 func TestRandomStartDefaultIsUniform(t *testing.T) {
-	s := allocator.RandomStart(nil)
+	for name, s := range defaultStarts() {
+		t.Run(name, func(t *testing.T) { testUniform(t, s) })
+	}
+}
+
+func testUniform(t *testing.T, s Strategy) {
 	const draws = 200_000
 	singles := make([]int, 10)
 	for range draws {
@@ -54,7 +70,12 @@ func TestRandomStartDefaultIsUniform(t *testing.T) {
 // is most biased: every third value comes twice as often. Counting the
 // offsets by their residue mod 3 sees it.
 func TestRandomStartDefaultIsUniformOverAHugeBand(t *testing.T) {
-	s := allocator.RandomStart(nil)
+	for name, s := range defaultStarts() {
+		t.Run(name, func(t *testing.T) { testUniformOverAHugeBand(t, s) })
+	}
+}
+
+func testUniformOverAHugeBand(t *testing.T, s Strategy) {
 	n := cidrset.Count{Lo: 3 << 62}
 	const draws = 120_000
 	residues := make([]int, 3)
@@ -83,7 +104,7 @@ func TestRandomStartDefaultIsUniformOverAHugeBand(t *testing.T) {
 // Each RandomStart(nil) is seeded anew: two of them do not draw the same
 // offsets (four draws out of 2^32 agreeing by chance: 2^-128).
 func TestRandomStartDefaultSeedsEachStrategy(t *testing.T) {
-	a, b := allocator.RandomStart(nil), allocator.RandomStart(nil)
+	a, b := RandomStart(nil), RandomStart(nil)
 	n := cidrset.CountOf(1 << 32)
 	same := true
 	for range 4 {
@@ -99,7 +120,7 @@ func TestRandomStartDefaultSeedsEachStrategy(t *testing.T) {
 // One default Strategy may be shared by allocators with different locks:
 // concurrent draws are safe (under -race) and stay in the band.
 func TestRandomStartDefaultIsSafeForConcurrentUse(t *testing.T) {
-	s := allocator.RandomStart(nil)
+	s := RandomStart(nil)
 	var wg sync.WaitGroup
 	counts := make([][]int, 4)
 	for g := range counts {
@@ -124,5 +145,44 @@ func TestRandomStartDefaultIsSafeForConcurrentUse(t *testing.T) {
 				t.Fatalf("goroutine %d drew offset %d %d times of 5000", g, off, k)
 			}
 		}
+	}
+}
+
+// An allocator draws from a generator of its own, not from the shared
+// one's atomic counter (an atomic add per allocation costs about as much
+// as the rest of the draw), and two allocators given one RandomStart(nil)
+// still draw apart.
+func TestEachAllocatorOwnsItsDefaultGenerator(t *testing.T) {
+	shared := RandomStart(nil)
+	st := memory.New()
+	newAllocator := func(opts ...Option) *Allocator {
+		a, err := New(context.Background(), st, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	a, b, c := newAllocator(WithStrategy(shared)), newAllocator(WithStrategy(shared)), newAllocator()
+	var owned [3]*ownedStart
+	for i, x := range []*Allocator{a, b, c} {
+		o, ok := x.cfg.strategy.(*ownedStart)
+		if !ok {
+			t.Fatalf("allocator %d draws from a %T, not a generator of its own", i, x.cfg.strategy)
+		}
+		owned[i] = o
+	}
+	if owned[0] == owned[1] {
+		t.Fatal("two allocators given one RandomStart(nil) share its generator")
+	}
+	n := cidrset.CountOf(1 << 32)
+	same := true
+	for range 4 {
+		if owned[0].Start(n) != owned[1].Start(n) {
+			same = false
+		}
+	}
+	if same {
+		t.Fatal("two allocators given one RandomStart(nil) drew the same four offsets")
 	}
 }
