@@ -190,3 +190,49 @@ func BenchmarkHeapPerRun(b *testing.B) {
 		})
 	}
 }
+
+// scatteredSorted is scattered without the map, so that 10M values build in
+// seconds: random values sorted, duplicates dropped (so it may return a few
+// fewer than n; a /64 makes that rare).
+func scatteredSorted(n int, seed uint64) []u128.U128 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([]u128.U128, n)
+	for i := range out {
+		out[i] = u128.U128{Hi: 0x20010db800000000, Lo: r.Uint64()}
+	}
+	slices.SortFunc(out, u128.U128.Cmp)
+	return slices.Compact(out)
+}
+
+// BenchmarkNextFreeAddRemove is the allocator's cycle in a huge, sparse
+// /64: the first free value from a random point, added, then removed, over
+// 1M or 10M scattered runs.
+func BenchmarkNextFreeAddRemove(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		runs int
+	}{{"runs=1M", million}, {"runs=10M", 10 * million}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var s Set
+			if err := s.Reset(scatteredSorted(bc.runs, 9)); err != nil {
+				b.Fatal(err)
+			}
+			end := u128.U128{Hi: 0x20010db800000000, Lo: ^uint64(0)}
+			xs := randoms(1<<16, func(r *rand.Rand) u128.U128 { return u128.U128{Hi: end.Hi, Lo: r.Uint64()} })
+			b.ReportAllocs()
+			b.ResetTimer()
+			nextFreeAddRemove(b, &s, xs, end)
+		})
+	}
+}
+
+// nextFreeAddRemove is the loop of BenchmarkNextFreeAddRemove, apart so that
+// callgrind can count inside it alone (--toggle-collect).
+func nextFreeAddRemove(b *testing.B, s *Set, xs []u128.U128, end u128.U128) {
+	for i := range b.N {
+		v, ok := s.NextFree(xs[i&(len(xs)-1)], end)
+		if !ok || !s.Add(v) || !s.Remove(v) {
+			b.Fatal("free value not added and removed")
+		}
+	}
+}
