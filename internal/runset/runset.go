@@ -119,7 +119,35 @@ type Set struct {
 	fingerLo, fingerHi u128.U128
 	fingerOpen         bool
 
+	// found is the answer of a recent leaf search that still holds, so that
+	// the allocator's NextFree, Add of the value found and Remove of it
+	// search the leaf once instead of three times.
+	found found
+
 	shrink shrink // zero but in tests
+}
+
+// found records that lf.find(x) == i while gen == its Set's gen: every
+// mutation bumps gen, and nothing else changes a leaf.
+type found struct {
+	gen uint64
+	lf  *leaf
+	x   u128.U128
+	i   int
+}
+
+// remember records lf.find(x) == i; it must be called after the mutation
+// that made it true, when gen has its final value.
+func (s *Set) remember(lf *leaf, x u128.U128, i int) {
+	s.found = found{gen: s.gen, lf: lf, x: x, i: i}
+}
+
+// findIn is lf.find(x), from the record when it is the same search.
+func (s *Set) findIn(lf *leaf, x u128.U128) int {
+	if f := &s.found; f.lf == lf && f.x == x && f.gen == s.gen {
+		return f.i
+	}
+	return lf.find(x)
 }
 
 // frame is one step of a descent: node and the index of the child taken.
@@ -262,7 +290,7 @@ func (c *cursor) seek(s *Set, x u128.U128) {
 		s.descend(x)
 		c.copyFrom(&s.finger)
 	}
-	c.i = c.lf.find(x)
+	c.i = s.findIn(c.lf, x)
 }
 
 // copyFrom copies only the used part of the path, which is much shorter than
@@ -639,12 +667,16 @@ func (s *Set) NextFree(from, to u128.U128) (u128.U128, bool) {
 	}
 	l, i := s.locate(from)
 	if i < 0 || l.end(i).Less(from) {
+		s.remember(l, from, i)
 		return from, true
 	}
 	e := l.end(i)
 	if e == u128.Max() || !e.Less(to) {
 		return u128.U128{}, false
 	}
+	// The next run starts after e+1 (runs never touch), so run i is also
+	// the last one starting at or before e+1.
+	s.remember(l, e.Inc(), i)
 	return e.Inc(), true
 }
 
@@ -733,7 +765,11 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 			}
 		}
 		if j == l.n || !touches(l.start(j)) {
-			s.keepFinger(&c, s.insertAt(&c, j, lo, hi))
+			simple := s.insertAt(&c, j, lo, hi)
+			s.keepFinger(&c, simple)
+			if simple {
+				s.remember(l, lo, j) // for a Remove(lo) that follows
+			}
 			s.n = s.n.Add(added)
 			return added
 		}
@@ -788,6 +824,9 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 	}
 	simple = s.setRun(&c, j, u128.Min(start, lo), end) && simple
 	s.keepFinger(&c, simple)
+	if simple {
+		s.remember(l, lo, j) // run j holds lo, and the next starts after it
+	}
 	s.n = s.n.Add(added)
 	return added
 }

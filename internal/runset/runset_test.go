@@ -98,6 +98,16 @@ func (s *Set) check() error {
 	if err := s.checkFinger(); err != nil {
 		return err
 	}
+	// A live record of a leaf search must be that search's answer, and its
+	// leaf one of the tree's.
+	if f := s.found; f.gen == s.gen && f.lf != nil {
+		if got := f.lf.find(f.x); got != f.i {
+			return fmt.Errorf("found says %v at run %d, the leaf says %d", f.x, f.i, got)
+		}
+		if l, _ := s.locate(f.x); l != f.lf {
+			return fmt.Errorf("found's leaf for %v is not the tree's", f.x)
+		}
+	}
 	if runs != s.runs {
 		return fmt.Errorf("Runs()=%d, tree has %d", s.runs, runs)
 	}
@@ -762,6 +772,43 @@ func TestProperty(t *testing.T) {
 					t.Fatalf("NextFree(%v, %v) = %v %v, want %v %v", from, to, got, ok, want, wok)
 				}
 			},
+			// The allocator's sequence: Add the value NextFree found, maybe
+			// after another operation, and maybe Remove it right after. Add
+			// and Remove then reuse NextFree's leaf search (Set.found).
+			"NextFreeAdd": func(t *rapid.T) {
+				from := val.Draw(t, "from")
+				to := rapid.SampledFrom([]u128.U128{top, val.Draw(t, "to")}).Draw(t, "to")
+				x, ok := s.NextFree(from, to)
+				if want, wok := m.nextFree(from, to); ok != wok || (ok && x != want) {
+					t.Fatalf("NextFree(%v, %v) = %v %v, want %v %v", from, to, x, ok, want, wok)
+				}
+				if !ok {
+					return
+				}
+				switch y := val.Draw(t, "y"); rapid.IntRange(0, 4).Draw(t, "between") {
+				case 1:
+					s.Add(y)
+					m = m.addRange(y, y)
+				case 2:
+					s.Remove(y)
+					m = m.remove(y)
+				case 3:
+					s.Contains(y)
+				case 4:
+					s.NextFree(y, top)
+				}
+				_, had := m.runAt(x)
+				if got := s.Add(x); got == had {
+					t.Fatalf("Add(%v) = %v after NextFree", x, got)
+				}
+				m = m.addRange(x, x)
+				if rapid.Bool().Draw(t, "remove") {
+					if !s.Remove(x) {
+						t.Fatalf("Remove(%v) = false right after Add", x)
+					}
+					m = m.remove(x)
+				}
+			},
 			"Query": func(t *rapid.T) {
 				lo, hi := val.Draw(t, "lo"), val.Draw(t, "hi")
 				if got, want := s.Count(lo, hi), size(m.clip(lo, hi)); got != want {
@@ -1051,5 +1098,47 @@ func TestAddRangeAbsorbingLeavesKeepsTheTree(t *testing.T) {
 	}
 	if !slices.Equal(got, want) || s.Runs() != len(want) {
 		t.Fatalf("after AddRange: %v (%d runs), want %v", got, s.Runs(), want)
+	}
+}
+
+// TestNextFreeAddReal runs the allocator's sequence (NextFree from a random
+// point, Add of the value found, sometimes Remove of it) at the real node
+// sizes until leaves fill, split and hand runs to their siblings, checking
+// the tree and every value added against a map.
+func TestNextFreeAddReal(t *testing.T) {
+	var s Set
+	r := rand.New(rand.NewPCG(11, 12))
+	hi := uint64(0x20010db800000000)
+	used := map[u128.U128]bool{}
+	for k := range 40000 {
+		// A narrow window makes NextFree land on run ends, extending and
+		// joining runs; a few values of the next /64 widen leaves.
+		from := u128.U128{Hi: hi, Lo: r.Uint64N(200000)}
+		if k%97 == 0 {
+			from.Hi++
+		}
+		x, ok := s.NextFree(from, top)
+		if !ok {
+			t.Fatalf("NextFree(%v) failed", from)
+		}
+		if !s.Add(x) || used[x] {
+			t.Fatalf("Add(%v) of a free value failed", x)
+		}
+		used[x] = true
+		if k%3 == 0 {
+			if !s.Remove(x) {
+				t.Fatalf("Remove(%v) right after Add failed", x)
+			}
+			delete(used, x)
+		}
+	}
+	mustCheck(t, &s)
+	if s.Len() != u128.From64(uint64(len(used))) {
+		t.Fatalf("Len %v, want %d", s.Len(), len(used))
+	}
+	for x := range used {
+		if !s.Contains(x) {
+			t.Fatalf("%v missing", x)
+		}
 	}
 }
