@@ -176,6 +176,12 @@ const innerStride = 4
 // with loads independent of each other, then the few keys between two of
 // them.
 func (n *inner) find(x u128.U128) int {
+	if n.n == 1 {
+		return 0
+	}
+	if n.keys[1].Hi == x.Hi && n.keys[n.n-1].Hi == x.Hi {
+		return n.findLo(x.Lo)
+	}
 	c := 0 // sampled keys <= x, which come first
 	for k := innerStride; k < n.n; k += innerStride {
 		if !x.Less(n.keys[k]) {
@@ -188,6 +194,34 @@ func (n *inner) find(x u128.U128) int {
 		i++
 	}
 	return i
+}
+
+// findLo is find when keys[1:n] all have the upper half of x, as they do
+// in a /64 (the allocator's huge, sparse case): one comparison of lower
+// halves per key, and counts instead of loops that stop at the answer, so
+// that the compiler emits no branch on the keys for the processor to
+// mispredict once per loop.
+func (n *inner) findLo(x uint64) int {
+	keys := n.keys[:n.n]
+	c := 0
+	for k := innerStride; k < len(keys); k += innerStride {
+		c += b2i(keys[k].Lo <= x)
+	}
+	i := c * innerStride
+	// The keys between are sorted: those <= x come first.
+	for _, k := range keys[i+1 : min(i+innerStride, len(keys))] {
+		i += b2i(k.Lo <= x)
+	}
+	return i
+}
+
+// b2i is 1 for true and 0 for false; the compiler makes it a flag, not a
+// branch.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (n *inner) insertChild(j int, key u128.U128, kid *inner, lf *leaf) {

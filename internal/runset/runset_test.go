@@ -1050,6 +1050,13 @@ func TestSampledSearchesAgree(t *testing.T) {
 		if got := in.find(u128.U128{Hi: 7, Lo: x}); got != max(want, 0) {
 			rt.Fatalf("inner.find(%d) over %v = %d, want %d", x, keys, got, max(want, 0))
 		}
+		// Another upper half than the keys': below all of them, or above.
+		if got := in.find(u128.U128{Hi: 6, Lo: x}); got != 0 {
+			rt.Fatalf("inner.find(6:%d) over 7:%v = %d, want 0", x, keys, got)
+		}
+		if got := in.find(u128.U128{Hi: 8, Lo: x}); got != n-1 {
+			rt.Fatalf("inner.find(8:%d) over 7:%v = %d, want %d", x, keys, got, n-1)
+		}
 	})
 	// Wide starts: pairs of words, several upper halves.
 	rapid.Check(t, func(rt *rapid.T) {
@@ -1071,6 +1078,12 @@ func TestSampledSearchesAgree(t *testing.T) {
 		}
 		if got := findSampledWide(words, x); got != want {
 			rt.Fatalf("findSampledWide(%v, %v) = %d, want %d", starts, x, got, want)
+		}
+		// The same starts as inner keys, of one or two upper halves.
+		var in inner
+		in.n = copy(in.keys[:], starts)
+		if got := in.find(x); got != max(want, 0) {
+			rt.Fatalf("inner.find(%v) over %v = %d, want %d", x, starts, got, max(want, 0))
 		}
 	})
 }
