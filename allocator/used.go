@@ -123,9 +123,8 @@ func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 	}
 	if used {
 		if pl.bits.Set(x.Lo - pl.first.Lo) {
-			// countUsedLocked(pl, false), its common case inline: the
-			// pool does not fill, and there is no MostFree to tell.
-			if n := pl.used.Inc(); n != pl.size && a.mostFree[pl.fam] == nil {
+			// countUsedLocked(pl, false), with its common case inline.
+			if n := pl.used.Inc(); a.usedCountIsAllLocked(pl, n) {
 				pl.used = n
 			} else {
 				a.countUsedLocked(pl, false)
@@ -134,10 +133,8 @@ func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 		return
 	}
 	if pl.bits.Clear(x.Lo - pl.first.Lo) {
-		// countFreedLocked(pl, false), its common case inline: the pool
-		// was not full, there is no MostFree to tell and no Terminating
-		// CIDR to check again.
-		if pl.used != pl.size && a.mostFree[pl.fam] == nil && len(pl.dying) == 0 {
+		// countFreedLocked(pl, false), with its common case inline.
+		if a.freedCountIsAllLocked(pl) {
 			pl.used = pl.used.Dec()
 		} else {
 			a.countFreedLocked(pl, false)
@@ -170,6 +167,10 @@ func (a *Allocator) markUsedInLocked(fam int, x u128.U128) {
 // countUsedLocked counts one more used address in pl, an excluded one if
 // excluded, and follows what the count decides.
 func (a *Allocator) countUsedLocked(pl *pool, excluded bool) {
+	if n := pl.used.Inc(); !excluded && a.usedCountIsAllLocked(pl, n) {
+		pl.used = n
+		return
+	}
 	if excluded {
 		pl.excludedUsed = pl.excludedUsed.Inc()
 	}
@@ -177,6 +178,21 @@ func (a *Allocator) countUsedLocked(pl *pool, excluded bool) {
 		a.fullnessChangedLocked(pl, true)
 	}
 	a.countChangedLocked(pl)
+}
+
+// usedCountIsAllLocked reports whether a count of n used addresses in pl,
+// one more than it had and none of them excluded, decides nothing else:
+// the pool does not fill, and there is no MostFree to tell. Then counting
+// is all countUsedLocked does, and markLocked's shortcut does it inline.
+func (a *Allocator) usedCountIsAllLocked(pl *pool, n u128.U128) bool {
+	return n != pl.size && a.mostFree[pl.fam] == nil
+}
+
+// freedCountIsAllLocked is usedCountIsAllLocked for one fewer: the pool
+// was not full, there is no MostFree to tell and no Terminating CIDR to
+// check again.
+func (a *Allocator) freedCountIsAllLocked(pl *pool) bool {
+	return pl.used != pl.size && a.mostFree[pl.fam] == nil && len(pl.dying) == 0
 }
 
 // poolsHolding returns the pools containing x, in a slice that is valid
@@ -240,6 +256,10 @@ func (a *Allocator) markFreeInLocked(fam int, x u128.U128) {
 // excluded, follows what the count decides, and has pl's Terminating
 // CIDRs checked again.
 func (a *Allocator) countFreedLocked(pl *pool, excluded bool) {
+	if !excluded && a.freedCountIsAllLocked(pl) {
+		pl.used = pl.used.Dec()
+		return
+	}
 	if excluded {
 		pl.excludedUsed = pl.excludedUsed.Dec()
 	}
