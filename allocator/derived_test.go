@@ -234,11 +234,7 @@ func (a *Allocator) checkDerivedLocked(used []ipaddress.IPAddress) error {
 func TestAPoolOnlyTerminatingCIDRsHoldIsNeverOpen(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	a, err := New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newTestAllocator(t, st)
 	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
 	check := func(step string) {
 		t.Helper()
@@ -303,11 +299,7 @@ func (a *Allocator) resetFrom(ctx context.Context, st store.Store) error {
 // removed: one per removed name would grow for as long as it runs.
 func TestRemovedCIDRsLeaveNothingBehindWhenTheWatchIsCurrent(t *testing.T) {
 	ctx := context.Background()
-	a, err := New(ctx, memory.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newTestAllocator(t, memory.New())
 	for i := range 50 {
 		name := fmt.Sprintf("c-%d", i)
 		if _, err := a.CreateCIDR(ctx, name, netip.MustParsePrefix("10.0.0.0/24")); err != nil {
@@ -325,4 +317,15 @@ func TestRemovedCIDRsLeaveNothingBehindWhenTheWatchIsCurrent(t *testing.T) {
 	if n := len(a.index.All()); n != 0 {
 		t.Errorf("%d CIDRs left in the index, want none", n)
 	}
+}
+
+// newTestAllocator returns an allocator over st, closed when the test ends.
+func newTestAllocator(t *testing.T, st store.Store, opts ...Option) *Allocator {
+	t.Helper()
+	a, err := New(context.Background(), st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
 }

@@ -1,7 +1,6 @@
 package allocator
 
 import (
-	"context"
 	"sync"
 	"testing"
 
@@ -155,15 +154,7 @@ func TestRandomStartDefaultIsSafeForConcurrentUse(t *testing.T) {
 func TestEachAllocatorOwnsItsDefaultGenerator(t *testing.T) {
 	shared := RandomStart(nil)
 	st := memory.New()
-	newAllocator := func(opts ...Option) *Allocator {
-		a, err := New(context.Background(), st, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
-		return a
-	}
-	a, b, c := newAllocator(WithStrategy(shared)), newAllocator(WithStrategy(shared)), newAllocator()
+	a, b, c := newTestAllocator(t, st, WithStrategy(shared)), newTestAllocator(t, st, WithStrategy(shared)), newTestAllocator(t, st)
 	var owned [3]*ownedStart
 	for i, x := range []*Allocator{a, b, c} {
 		o, ok := x.cfg.strategy.(*ownedStart)

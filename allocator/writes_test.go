@@ -113,11 +113,7 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	a, err := New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newTestAllocator(t, st)
 	p := netip.MustParsePrefix("10.0.0.0/24")
 	if _, err := a.CreateCIDR(ctx, "old", p); err != nil {
 		t.Fatal(err)
@@ -154,11 +150,7 @@ func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
 func TestAWriteInAnotherHighWordMissesThePoolWrittenLast(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
-	a, err := New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newTestAllocator(t, st)
 	low, high := netip.MustParsePrefix("fd00::/120"), netip.MustParsePrefix("fd00:0:0:1::/120")
 	if _, err := a.CreateCIDR(ctx, "low", low); err != nil {
 		t.Fatal(err)
