@@ -90,6 +90,7 @@ type options struct {
 	now         func() time.Time
 	mode        os.FileMode
 	readOnly    bool
+	maxSize     int
 }
 
 // WithLockTimeout sets how long Open waits for another process to release
@@ -107,6 +108,15 @@ func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
 // WithClock sets the clock that stamps Created (for tests).
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithMaxSize bounds the file at n bytes (default, or n <= 0: no bound).
+// A write that would grow it past n fails with an error matching
+// store.ErrNoSpace and writes nothing; so does one that finds the disk
+// full. The file never shrinks, but the pages of deleted records are
+// reused, so deleting records makes room again. bbolt grows the file in
+// powers of two up to 16 MiB and in 16 MiB steps past that, so the bound
+// is reached a little before the data fills n bytes.
+func WithMaxSize(n int) Option { return func(o *options) { o.maxSize = n } }
 
 // WithFileMode sets the permissions of a file Open creates (default 0600).
 func WithFileMode(m os.FileMode) Option { return func(o *options) { o.mode = m } }
@@ -168,7 +178,7 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 			return f, err
 		}
 		err := guard(path, func() (err error) {
-			db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: time.Nanosecond, ReadOnly: o.readOnly, OpenFile: openFile})
+			db, err = bbolt.Open(path, o.mode, &bbolt.Options{Timeout: time.Nanosecond, ReadOnly: o.readOnly, OpenFile: openFile, MaxSize: o.maxSize})
 			return err
 		})
 		if err == nil {
@@ -196,6 +206,9 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 	created := false
 	if err := guard(path, func() (err error) { created, err = initFile(db, o.readOnly); return err }); err != nil {
 		_ = db.Close()
+		if isNoSpace(err) {
+			return nil, noSpaceError(path, err)
+		}
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
 	if created {
@@ -376,6 +389,9 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]
 		}
 		if errors.Is(err, berrors.ErrDatabaseReadOnly) {
 			return fmt.Errorf("bolt: %s: %w", s.path, ErrReadOnly)
+		}
+		if isNoSpace(err) {
+			return noSpaceError(s.path, err)
 		}
 		return err
 	}

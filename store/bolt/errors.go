@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
+
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/netipam/netipam/store"
 )
@@ -108,4 +112,17 @@ func guard(path string, fn func() error) (err error) {
 		err = &CorruptError{Err: fmt.Errorf("%s: damaged file (%s); \"bbolt check %s\" tells more", path, what, path)}
 	}()
 	return fn()
+}
+
+// isNoSpace reports whether err says the file may not or cannot grow:
+// past WithMaxSize, or a full disk. bbolt formats some of its I/O errors
+// with %s, which drops the errno, hence the test of the text as well.
+func isNoSpace(err error) bool {
+	return errors.Is(err, berrors.ErrMaxSizeReached) || errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), syscall.ENOSPC.Error())
+}
+
+// noSpaceError is err, which isNoSpace, made to match store.ErrNoSpace as
+// well.
+func noSpaceError(path string, err error) error {
+	return fmt.Errorf("bolt: %s: %w: %w", path, store.ErrNoSpace, err)
 }
