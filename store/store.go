@@ -41,9 +41,13 @@ var (
 	// read-only). Retrying does not help.
 	ErrReadOnly = errors.New("store opened read-only")
 	// ErrNoSpace: the store has no room for the records of a write, and
-	// wrote none of them: the memory store's arena of records is full at
-	// 4 GiB, or a bolt file is at its bound (bolt.WithMaxSize) or on a
-	// full disk. Deleting records makes room again.
+	// wrote none of them unless the error matches ErrOutcomeUnknown too:
+	// the memory store's arena of records is full at 4 GiB, or a bolt file
+	// is at its bound (bolt.WithMaxSize) or on a full disk, and deleting
+	// records makes room again; or etcd's space quota is exceeded, and
+	// etcd takes no write until an operator compacts, defragments and
+	// disarms its alarm (it reports the quota crossed by a write it
+	// applied as well, hence ErrOutcomeUnknown).
 	ErrNoSpace = errors.New("no space left for records")
 	// ErrOutcomeUnknown: a write was sent and its answer lost (the
 	// connection broke, the server timed out, the caller's ctx ended while

@@ -422,10 +422,17 @@ func (s *Store) ownerKey(o ipaddress.ParentRef, a netip.Addr) string {
 }
 
 // wrap names the operation in err; an error of a call that Close cut
-// short (the client closing under it) also matches store.ErrClosed.
+// short (the client closing under it) also matches store.ErrClosed, and
+// etcd's "database space exceeded" store.ErrNoSpace. A write refused so
+// also matches store.ErrOutcomeUnknown (see notApplied).
 func (s *Store) wrap(op string, err error) error {
 	if s.closed.Load() && (status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled)) {
 		return fmt.Errorf("etcd store: %s: %w (%w)", op, store.ErrClosed, err)
+	}
+	if errors.Is(err, rpctypes.ErrNoSpace) {
+		// The space quota: etcd takes no write until an operator compacts,
+		// defragments and disarms the alarm, deleted records or not.
+		return fmt.Errorf("etcd store: %s: %w: %w", op, store.ErrNoSpace, err)
 	}
 	return fmt.Errorf("etcd store: %s: %w", op, err)
 }
