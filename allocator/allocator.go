@@ -791,14 +791,21 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 	// order already (syncPoolsLocked), and a full pool is known full from
 	// its counters.
 	if _, ok := a.cfg.policy.(oldestFirst); ok { // the default, asked first
-		// Mostly the oldest pool is open, dense and with nothing to step
-		// over: its bitmap answers, without the walk. (Open, it is not
-		// known full: fullnessChangedLocked keeps the mark of a pool with
-		// nothing excluded.)
-		if pl := live[0].pool; a.open[fam].has(0) && pl.bits != nil && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 {
-			if x, ok := a.nextInDenseLocked(pl); ok {
-				live[0].choose(x, c)
-				return nil
+		// Mostly the oldest pool is open, with nothing to step over, and
+		// dense or alone: its bitmap, or the sparse set, answers without
+		// the walk. (Open, it is not known full: fullnessChangedLocked
+		// keeps the mark of a pool with nothing excluded.)
+		if pl := live[0].pool; a.open[fam].has(0) && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 {
+			if pl.bits != nil {
+				if x, ok := a.nextInDenseLocked(pl); ok {
+					live[0].choose(x, c)
+					return nil
+				}
+			} else if pl.alone {
+				if x, ok := a.nextInSparseLocked(pl); ok {
+					live[0].choose(x, c)
+					return nil
+				}
 			}
 		}
 		return a.walkLiveLocked(fam, 0, skip, c)
@@ -980,9 +987,16 @@ func (a *Allocator) nextInPoolLocked(pl *pool, skip []netip.Addr) (u128.U128, bo
 	if pl.knownFull() {
 		return u128.U128{}, false
 	}
-	if pl.bits != nil && pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 {
-		// Nothing to step over: the bitmap alone answers (used.go).
-		return a.nextInDenseLocked(pl)
+	if pl.excluded.IsZero() && len(a.pending) == 0 && len(skip) == 0 {
+		// Nothing to step over: the bitmap alone answers, or the sparse
+		// set for a pool no other shares an address with, so none dense
+		// (used.go).
+		if pl.bits != nil {
+			return a.nextInDenseLocked(pl)
+		}
+		if pl.alone {
+			return a.nextInSparseLocked(pl)
+		}
 	}
 	if x, ok := a.searchBandLocked(pl, pl.upperFirst, pl.last, skip); ok {
 		return x, true

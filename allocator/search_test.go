@@ -186,3 +186,300 @@ func TestPoolSearchFollowsTheBandsAndTheStart(t *testing.T) {
 		}
 	})
 }
+
+// TestHugePoolSearchFollowsTheBandsAndTheStart is
+// TestPoolSearchFollowsTheBandsAndTheStart for pools without a bitmap
+// (IPv6 /64, /48, /103), alone (nextInSparseLocked's shortcut, over the
+// sparse set) or holding a dense pool (the general path), with or without
+// something to step over. Such a pool cannot be filled through the store,
+// so besides a few addresses put there, whole runs (a full band, the top
+// of one) are written into the sparse set directly and counted. The
+// strategy's starts land near the used addresses and the bands' edges.
+func TestHugePoolSearchFollowsTheBandsAndTheStart(t *testing.T) {
+	prefixes := []netip.Prefix{
+		netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("fd00::/48"),
+		netip.MustParsePrefix("fd00::/103"),
+	}
+	// Held by the prefixes above, and dense.
+	nested := netip.MustParsePrefix("fd00::100/120")
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		p := rapid.SampledFrom(prefixes).Draw(rt, "prefix")
+		lowerR, upperR, hasLower, ok := cidrset.Bands(p)
+		if !ok || !hasLower {
+			rt.Fatalf("no lower band for %s", p)
+		}
+		first, lowerLast := u128.FromAddr(lowerR.From()), u128.FromAddr(lowerR.To())
+		upperFirst, last := u128.FromAddr(upperR.From()), u128.FromAddr(upperR.To())
+		bands := [][2]u128.U128{{upperFirst, last}, {first, lowerLast}}
+		// Near the edges of the bands and of the nested pool.
+		anchors := []u128.U128{first, lowerLast, upperFirst, last, u128.FromAddr(nested.Addr()), u128.FromAddr(netipx.PrefixLastIP(nested))}
+		clamp := func(x u128.U128) u128.U128 { return u128.Min(u128.MaxOf(x, first), last) }
+		near := rapid.Custom(func(rt *rapid.T) u128.U128 {
+			x := rapid.SampledFrom(anchors).Draw(rt, "anchor")
+			if d := rapid.IntRange(-3, 3).Draw(rt, "delta"); d < 0 {
+				x = x.Sub(u128.From64(uint64(-d)))
+			} else {
+				x = x.Add64(uint64(d))
+			}
+			return clamp(x)
+		})
+
+		// An offset near an anchor, near either end of the band, or past
+		// the band (taken modulo its size).
+		offsetDraw := func(band [2]u128.U128, label string) cidrset.Count {
+			n := band[1].Sub(band[0]).Inc()
+			switch rapid.IntRange(0, 3).Draw(rt, label+"Kind") {
+			case 0:
+				if x := near.Draw(rt, label+"Near"); !x.Less(band[0]) && !band[1].Less(x) {
+					return cidrset.Count(x.Sub(band[0]))
+				}
+				return cidrset.Count{}
+			case 1:
+				return cidrset.CountOf(uint64(rapid.IntRange(0, 3).Draw(rt, label+"Low")))
+			case 2:
+				return cidrset.Count(n.Sub(u128.From64(uint64(rapid.IntRange(1, 4).Draw(rt, label+"High")))))
+			}
+			return cidrset.Count(n.Add64(uint64(rapid.IntRange(0, 5).Draw(rt, label+"Past"))))
+		}
+		offsets := []cidrset.Count{offsetDraw(bands[0], "upper"), offsetDraw(bands[1], "lower")}
+		// Where the upper band's search starts: what is in the way there
+		// must be stepped over.
+		upperStart := bands[0][0].Add(u128.U128(offsets[0]).Mod(bands[0][1].Sub(bands[0][0]).Inc()))
+		nearStart := rapid.OneOf(near, rapid.Just(upperStart))
+
+		strategy := &scriptedStart{}
+		opts := []Option{WithStrategy(strategy)}
+		var excluded netipx.IPRange
+		extras := rapid.Bool().Draw(rt, "extras")
+		if extras && rapid.Bool().Draw(rt, "excluded") {
+			from := nearStart.Draw(rt, "excludedFrom")
+			to := clamp(from.Add64(uint64(rapid.IntRange(0, 3).Draw(rt, "excludedLen"))))
+			excluded = netipx.IPRangeFrom(from.Addr(false), to.Addr(false))
+			opts = append(opts, WithExcluded(excluded))
+		}
+		st := memory.New()
+		a, err := New(ctx, st, opts...)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer a.Close()
+		if _, err := a.CreateCIDR(ctx, "c", p); err != nil {
+			rt.Fatal(err)
+		}
+		withNested := rapid.Bool().Draw(rt, "nested")
+		if withNested { // created later: c stays the oldest
+			if _, err := a.CreateCIDR(ctx, "d", nested); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		var used [][2]u128.U128 // runs, possibly overlapping
+		put := func(x u128.U128) {
+			if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: x.Addr(false), Parent: owner}}); err == nil {
+				used = append(used, [2]u128.U128{x, x})
+			}
+		}
+		for _, x := range rapid.SliceOfN(near, 0, 12).Draw(rt, "used") {
+			put(x)
+		}
+		if withNested && rapid.Bool().Draw(rt, "nestedFull") {
+			// The nested pool's bitmap, not the sparse set, says these
+			// are used: a search of the sparse set alone would offer them.
+			for x := anchors[4]; !anchors[5].Less(x); x = x.Inc() {
+				put(x)
+			}
+		}
+		// Runs too long for the store; they would overlap the nested
+		// pool, whose addresses its bitmap holds, not the sparse set.
+		var runs [][2]u128.U128
+		if !withNested {
+			if rapid.Bool().Draw(rt, "upperFull") {
+				runs = append(runs, bands[0])
+			}
+			if rapid.Bool().Draw(rt, "lowerFull") {
+				runs = append(runs, bands[1])
+			}
+			if rapid.Bool().Draw(rt, "upperTop") {
+				runs = append(runs, [2]u128.U128{near.Draw(rt, "upperTopFrom"), last})
+			}
+		}
+		used = append(used, runs...)
+		a.mu.Lock()
+		pl := a.pools[p]
+		for _, r := range runs {
+			a.sparse[1].AddRange(r[0], r[1])
+		}
+		a.countLocked(pl)
+		a.remarkOpenLocked(1)
+		if pl.alone == withNested {
+			a.mu.Unlock()
+			rt.Fatalf("pool %s alone = %v with a nested pool %v", p, pl.alone, withNested)
+		}
+		a.mu.Unlock()
+
+		var pending, skip []netip.Addr
+		if extras {
+			for _, x := range rapid.SliceOfN(nearStart, 0, 3).Draw(rt, "pending") {
+				pending = append(pending, x.Addr(false))
+			}
+			for _, x := range rapid.SliceOfN(nearStart, 0, 3).Draw(rt, "skip") {
+				skip = append(skip, x.Addr(false))
+			}
+			if rapid.Bool().Draw(rt, "startPending") {
+				pending = append(pending, upperStart.Addr(false))
+			} else if rapid.Bool().Draw(rt, "startSkipped") {
+				skip = append(skip, upperStart.Addr(false))
+			}
+		}
+
+		strategy.offsets, strategy.asked = slices.Clone(offsets), nil
+		a.mu.Lock()
+		a.pending = append(a.pending, pending...)
+		got, found := a.nextInPoolLocked(pl, skip)
+		strategy.offsets, strategy.asked = slices.Clone(offsets), nil
+		var c choice
+		chooseErr := a.chooseNextLocked(ipaddress.IPv6, skip, &c)
+		a.pending = a.pending[:0]
+		a.mu.Unlock()
+		if found && (chooseErr != nil || c.addr != got.Addr(false)) || !found && !errors.Is(chooseErr, ErrFull) {
+			rt.Fatalf("chooseNextLocked = %s, %v; nextInPoolLocked %s, %v", c.addr, chooseErr, got.Addr(false), found)
+		}
+
+		// firstFree scans [from, to] a run at a time.
+		firstFree := func(from, to u128.U128) (u128.U128, bool) {
+			for x := from; ; {
+				next, moved := x, false
+				for _, r := range used {
+					if !x.Less(r[0]) && !r[1].Less(x) {
+						next, moved = r[1], true
+					}
+				}
+				if !moved && excluded.IsValid() && excluded.Contains(x.Addr(false)) {
+					next, moved = u128.FromAddr(excluded.To()), true
+				}
+				if !moved && (slices.Contains(pending, x.Addr(false)) || slices.Contains(skip, x.Addr(false))) {
+					moved = true
+				}
+				if !moved {
+					return x, true
+				}
+				if !next.Less(to) {
+					return u128.U128{}, false
+				}
+				x = next.Inc()
+			}
+		}
+		var want u128.U128
+		var wantFound bool
+		for k, band := range bands {
+			n := band[1].Sub(band[0]).Inc()
+			if k < len(strategy.asked) && strategy.asked[k] != cidrset.Count(n) {
+				rt.Fatalf("Start asked for a band of %v, want %v (band %d)", strategy.asked[k], n, k)
+			}
+			start := band[0].Add(u128.U128(offsets[k]).Mod(n))
+			want, wantFound = firstFree(start, band[1])
+			if !wantFound && start != band[0] {
+				want, wantFound = firstFree(band[0], start.Dec())
+			}
+			if wantFound {
+				if len(strategy.asked) != k+1 {
+					rt.Fatalf("Start asked %d times, want %d", len(strategy.asked), k+1)
+				}
+				break
+			}
+		}
+		switch {
+		case found != wantFound:
+			rt.Fatalf("found %v (%s), want %v (%s)", found, got.Addr(false), wantFound, want.Addr(false))
+		case found && got != want:
+			rt.Fatalf("got %s, want %s", got.Addr(false), want.Addr(false))
+		}
+	})
+}
+
+// The cases of TestHugePoolSearchFollowsTheBandsAndTheStart that a
+// shortcut of an IPv6 /64 pool (no bitmap) could get wrong, each once:
+// the first address of the upper band, where the search starts, is in the
+// way (pending, skipped, excluded, used in a nested dense pool), or the
+// upper band is full, or the start is past its end, which must wrap.
+func TestHugePoolSearchStepsOverWhatIsInTheWay(t *testing.T) {
+	p := netip.MustParsePrefix("fd00::/64")
+	at := func(s string) u128.U128 { return u128.FromAddr(netip.MustParseAddr(s)) }
+	// fd00::1 to fd00::100 is the lower band, the upper one starts at
+	// fd00::101.
+	for _, tc := range []struct {
+		name      string
+		pending   bool // fd00::101 pending
+		skip      bool // fd00::101 skipped
+		excluded  bool // fd00::101 excluded
+		nested    bool // fd00::100/120, dense, created later, all used
+		upperFull bool
+		upperTop  bool // fd00::101 and fd00::ffff:ffff:ffff:fff0 on used
+		start     cidrset.Count
+		want      string
+	}{
+		{name: "free", want: "fd00::101"},
+		{name: "pending", pending: true, want: "fd00::102"},
+		{name: "skipped", skip: true, want: "fd00::102"},
+		{name: "excluded", excluded: true, want: "fd00::102"},
+		{name: "nested", nested: true, want: "fd00::200"},
+		{name: "upper band full", upperFull: true, want: "fd00::1"},
+		{name: "wrap", upperTop: true, start: cidrset.Count(at("fd00::ffff:ffff:ffff:fff8").Sub(at("fd00::101"))), want: "fd00::102"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := memory.New()
+			strategy := &scriptedStart{}
+			opts := []Option{WithStrategy(strategy)}
+			if tc.excluded {
+				x := netip.MustParseAddr("fd00::101")
+				opts = append(opts, WithExcluded(netipx.IPRangeFrom(x, x)))
+			}
+			a := newTestAllocator(t, st, opts...)
+			if _, err := a.CreateCIDR(ctx, "c", p); err != nil {
+				t.Fatal(err)
+			}
+			owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
+			if tc.nested {
+				if _, err := a.CreateCIDR(ctx, "d", netip.MustParsePrefix("fd00::100/120")); err != nil {
+					t.Fatal(err)
+				}
+				for x := at("fd00::100"); !at("fd00::1ff").Less(x); x = x.Inc() {
+					if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: x.Addr(false), Parent: owner}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var skip []netip.Addr
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			pl := a.pools[p]
+			switch {
+			case tc.upperFull:
+				a.sparse[1].AddRange(pl.upperFirst, pl.last)
+			case tc.upperTop:
+				a.sparse[1].Add(at("fd00::101"))
+				a.sparse[1].AddRange(at("fd00::ffff:ffff:ffff:fff0"), pl.last)
+			}
+			a.countLocked(pl)
+			a.remarkOpenLocked(1)
+			if tc.pending {
+				a.pending = append(a.pending, netip.MustParseAddr("fd00::101"))
+			}
+			if tc.skip {
+				skip = append(skip, netip.MustParseAddr("fd00::101"))
+			}
+			strategy.offsets = []cidrset.Count{tc.start}
+			got, ok := a.nextInPoolLocked(pl, skip)
+			if !ok || got.Addr(false).String() != tc.want {
+				t.Errorf("nextInPoolLocked = %s, %v; want %s", got.Addr(false), ok, tc.want)
+			}
+			strategy.offsets = []cidrset.Count{tc.start}
+			var c choice
+			if err := a.chooseNextLocked(ipaddress.IPv6, skip, &c); err != nil || c.addr.String() != tc.want {
+				t.Errorf("chooseNextLocked = %s, %v; want %s", c.addr, err, tc.want)
+			}
+		})
+	}
+}

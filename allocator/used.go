@@ -475,3 +475,34 @@ func (a *Allocator) nextInDenseLocked(pl *pool) (u128.U128, bool) {
 		lo, hi = 0, lo-1
 	}
 }
+
+// nextInSparseLocked is nextInPoolLocked for a pool without a bitmap that
+// is alone (no dense pool holds any of its addresses, so the sparse set
+// holds all its used ones), with no excluded address, none pending and
+// none to skip: the same search as searchBandLocked's (upper band from
+// the strategy's start, wrapping, then the lower band), in the sparse set
+// alone.
+func (a *Allocator) nextInSparseLocked(pl *pool) (u128.U128, bool) {
+	set := &a.sparse[pl.fam]
+	lo, hi := pl.upperFirst, pl.last
+	for {
+		n := hi.Sub(lo).Inc()
+		off := u128.U128(a.cfg.strategy.Start(cidrset.Count(n)))
+		if !off.Less(n) {
+			off = off.Mod(n) // a Strategy past its contract
+		}
+		start := lo.Add(off)
+		if x, ok := set.NextFree(start, hi); ok {
+			return x, true
+		}
+		if start != lo {
+			if x, ok := set.NextFree(lo, start.Dec()); ok {
+				return x, true
+			}
+		}
+		if lo == pl.first { // the lower band, or no band below
+			return u128.U128{}, false
+		}
+		lo, hi = pl.first, pl.lowerLast
+	}
+}
