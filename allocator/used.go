@@ -114,11 +114,7 @@ func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 	// the first address is below the size. (An x past a carry into the
 	// high word, in a pool that crosses one, takes the general path.)
 	if pl == nil || pl.bits == nil || !pl.excluded.IsZero() || x.Hi != pl.first.Hi || x.Lo-pl.first.Lo >= pl.size.Lo {
-		if used {
-			a.markUsedInLocked(fam, x)
-		} else {
-			a.markFreeInLocked(fam, x)
-		}
+		a.markInLocked(fam, x, used)
 		return
 	}
 	if used {
@@ -133,6 +129,43 @@ func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 		return
 	}
 	if pl.bits.Clear(x.Lo - pl.first.Lo) {
+		// countFreedLocked(pl, false), with its common case inline.
+		if a.freedCountIsAllLocked(pl) {
+			pl.used = pl.used.Dec()
+		} else {
+			a.countFreedLocked(pl, false)
+		}
+	}
+}
+
+// markInLocked is markLocked past its dense common case. Its own common
+// case is the same for a pool without a bitmap: x is in the pool written
+// last, alone, with no excluded address, so the sparse set holds x's
+// state and that pool is the one to count it in; then it is
+// markUsedInLocked or markFreeInLocked without their search for the pools
+// and for excluded addresses.
+func (a *Allocator) markInLocked(fam int, x u128.U128, used bool) {
+	pl := a.lastAlone[fam][0]
+	if pl == nil || pl.bits != nil || !pl.excluded.IsZero() || !pl.contains(x) {
+		if used {
+			a.markUsedInLocked(fam, x)
+		} else {
+			a.markFreeInLocked(fam, x)
+		}
+		return
+	}
+	if used {
+		if a.sparse[fam].Add(x) {
+			// countUsedLocked(pl, false), with its common case inline.
+			if n := pl.used.Inc(); a.usedCountIsAllLocked(pl, n) {
+				pl.used = n
+			} else {
+				a.countUsedLocked(pl, false)
+			}
+		}
+		return
+	}
+	if a.sparse[fam].Remove(x) {
 		// countFreedLocked(pl, false), with its common case inline.
 		if a.freedCountIsAllLocked(pl) {
 			pl.used = pl.used.Dec()

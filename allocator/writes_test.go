@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"go4.org/netipx"
@@ -17,9 +18,10 @@ import (
 
 // TestWritesKeepThePoolCounters puts and deletes addresses, in runs in one
 // pool as the allocation path does (where markUsedLocked and markFreeLocked
-// take their shortcut for the pool written last), filling pools up and
-// emptying them, over a pool alone or overlapped by another, with or
-// without an excluded address and under OldestFirst or MostFree; after
+// take their shortcut for the pool written last, with a bitmap or, for an
+// IPv6 /64, without), filling pools up and emptying them, over a pool
+// alone or overlapped by another, with or without an excluded address and
+// under OldestFirst or MostFree; after
 // every step the counters, open marks, full flags and MostFree's tree
 // must equal a scan (checkDerivedLocked), and so must each pool's count
 // of used excluded addresses.
@@ -34,7 +36,13 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}))
 	}
-	excludedAddr := netip.MustParseAddr("10.0.0.3")
+	// Of fd00:1::/64, too large for a bitmap; of fd00:1::/63, which holds
+	// it, past it; and of no pool.
+	for i := 1; i <= 6; i++ {
+		addrs = append(addrs, netip.AddrFrom16([16]byte{0: 0xfd, 3: 1, 15: byte(i)}))
+	}
+	addrs = append(addrs, netip.MustParseAddr("fd00:1:0:1::1"), netip.MustParseAddr("fd00:2::1"))
+	excludedAddrs := []netip.Addr{netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("fd00:1::3")}
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		st := memory.New()
@@ -44,16 +52,21 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 		}
 		excluded := rapid.Bool().Draw(rt, "excluded")
 		if excluded {
-			opts = append(opts, WithExcluded(netipx.IPRangeFrom(excludedAddr, excludedAddr)))
+			for _, x := range excludedAddrs {
+				opts = append(opts, WithExcluded(netipx.IPRangeFrom(x, x)))
+			}
 		}
 		a, err := New(ctx, st, opts...)
 		if err != nil {
 			rt.Fatal(err)
 		}
 		defer a.Close()
-		cidrs := map[string]netip.Prefix{"small": netip.MustParsePrefix("10.0.0.0/28"), "apart": netip.MustParsePrefix("10.0.1.0/29")}
+		cidrs := map[string]netip.Prefix{"small": netip.MustParsePrefix("10.0.0.0/28"), "apart": netip.MustParsePrefix("10.0.1.0/29"), "huge": netip.MustParsePrefix("fd00:1::/64")}
 		if rapid.Bool().Draw(rt, "overlapped") {
 			cidrs["wide"] = netip.MustParsePrefix("10.0.0.0/27")
+		}
+		if rapid.Bool().Draw(rt, "hugeOverlapped") {
+			cidrs["hugeWide"] = netip.MustParsePrefix("fd00:1::/63")
 		}
 		for name, p := range cidrs {
 			if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{p}}); err != nil {
@@ -91,10 +104,10 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 				if err := a.checkDerivedLocked(used); err != nil {
 					rt.Fatal(err)
 				}
-				for _, pl := range a.poolList[0] {
+				for _, pl := range append(a.poolList[0], a.poolList[1]...) {
 					var want u128.U128
 					for _, r := range used {
-						if x := u128.FromAddr(r.Addr); excluded && r.Addr == excludedAddr && pl.contains(x) {
+						if x := u128.FromAddr(r.Addr); excluded && slices.Contains(excludedAddrs, r.Addr) && pl.contains(x) {
 							want = want.Inc()
 						}
 					}
@@ -110,36 +123,42 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 // A release another allocator made, which reaches this one through the
 // watch, into the pool written last (markFreeLocked's shortcut), has the
 // Terminating CIDR of that pool checked again: it may be free to go.
+// Both shortcuts are checked: a dense pool's, and that of a pool without a
+// bitmap (an IPv6 /64).
 func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
-	ctx := context.Background()
-	st := memory.New()
-	a := newTestAllocator(t, st)
-	p := netip.MustParsePrefix("10.0.0.0/24")
-	if _, err := a.CreateCIDR(ctx, "old", p); err != nil {
-		t.Fatal(err)
-	}
-	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
-	r, err := a.AllocateNext(ctx, ipaddress.IPv4, owner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.DeleteCIDR(ctx, "old"); err == nil {
-		t.Fatal("DeleteCIDR of a CIDR holding an address succeeded")
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	pl := a.pools[p]
-	if pl == nil || a.lastAlone[0][0] != pl || pl.bits == nil || !pl.excluded.IsZero() || fmt.Sprint(pl.dying) != "[old]" {
-		t.Fatalf("the pool of %s is not the one markFreeLocked's shortcut serves, dying in old", p)
-	}
-	clear(a.recheck)
-	// Deleted as another allocator would: this one hears of it through
-	// its watcher, under the lock, before the reconciler can read recheck.
-	if _, err := a.locked.DeleteAddressLocked(r.Addr, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := a.recheck["old"]; !ok {
-		t.Fatalf("after the release of %s, recheck = %v; want old in it", r.Addr, a.recheck)
+	for _, p := range []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")} {
+		t.Run(p.String(), func(t *testing.T) {
+			ctx := context.Background()
+			st := memory.New()
+			a := newTestAllocator(t, st)
+			if _, err := a.CreateCIDR(ctx, "old", p); err != nil {
+				t.Fatal(err)
+			}
+			owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "x"}
+			r, err := a.AllocateNext(ctx, ipaddress.FamilyOf(p.Addr()), owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.DeleteCIDR(ctx, "old"); err == nil {
+				t.Fatal("DeleteCIDR of a CIDR holding an address succeeded")
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			pl, fam := a.pools[p], famIndex(p.Addr())
+			if pl == nil || a.lastAlone[fam][0] != pl || (pl.bits == nil) != (fam == 1) || !pl.excluded.IsZero() || fmt.Sprint(pl.dying) != "[old]" {
+				t.Fatalf("the pool of %s is not the one markFreeLocked's shortcut serves, dying in old", p)
+			}
+			clear(a.recheck)
+			// Deleted as another allocator would: this one hears of it
+			// through its watcher, under the lock, before the reconciler
+			// can read recheck.
+			if _, err := a.locked.DeleteAddressLocked(r.Addr, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := a.recheck["old"]; !ok {
+				t.Fatalf("after the release of %s, recheck = %v; want old in it", r.Addr, a.recheck)
+			}
+		})
 	}
 }
 
