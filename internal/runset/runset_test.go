@@ -1155,3 +1155,117 @@ func TestNextFreeAddReal(t *testing.T) {
 		}
 	}
 }
+
+// TestLeafFastPaths drives Add and Remove through addIn and removeIn (a
+// recent search of the value is on record) at every value around a few
+// layouts of single values and runs, over trees of tiny nodes and a root
+// leaf, checking the tree, the finger and the record after every step. Each
+// case starts afresh from its layout, so the fast paths meet a leaf's first
+// and last runs, full leaves, leaves of one run, and the finger at another
+// leaf: cases TestProperty reaches rarely, such as a Remove of a leaf's
+// first start right after an Add of it, which must move the separators and
+// the finger's lower bound.
+func TestLeafFastPaths(t *testing.T) {
+	// Gaps of one, two and three values: a value NextFree finds may
+	// touch the run before, the run after, both or neither.
+	runs := []rng{{v(2), v(2)}, {v(4), v(4)}, {v(7), v(8)}, {v(10), v(12)}, {v(16), v(16)},
+		{v(18), v(19)}, {v(22), v(22)}, {v(26), v(29)}, {v(31), v(31)}, {v(34), v(34)},
+		{v(36), v(37)}, {v(41), v(41)}, {v(43), v(45)}, {v(48), v(48)}, {v(50), v(50)}}
+	layouts := map[string]func(s *Set, base u128.U128){
+		"empty": func(*Set, u128.U128) {},
+		// A root leaf of one /64 for values of the next one to meet.
+		"one": func(s *Set, base u128.U128) { s.Add(base.Add64(2)) },
+		"ascending": func(s *Set, base u128.U128) {
+			for _, r := range runs {
+				s.AddRange(base.Add(r[0]), base.Add(r[1]))
+			}
+		},
+		"descending": func(s *Set, base u128.U128) {
+			for _, r := range slices.Backward(runs) {
+				s.AddRange(base.Add(r[1]), base.Add(r[1])) // grown downwards
+				s.AddRange(base.Add(r[0]), base.Add(r[1]))
+			}
+		},
+		// Every other run added, then removed: leaves of one run.
+		"thinned": func(s *Set, base u128.U128) {
+			for _, r := range runs {
+				s.AddRange(base.Add(r[0]), base.Add(r[1]))
+			}
+			for k, r := range runs {
+				if k%2 == 1 {
+					s.RemoveRange(base.Add(r[0]), base.Add(r[1]))
+				}
+			}
+		},
+	}
+	type op func(s *Set, m model, x u128.U128) model
+	add := func(s *Set, m model, x u128.U128) model {
+		_, had := m.runAt(x)
+		if got := s.Add(x); got == had {
+			t.Fatalf("Add(%v) = %v", x, got)
+		}
+		return m.addRange(x, x)
+	}
+	remove := func(s *Set, m model, x u128.U128) model {
+		_, had := m.runAt(x)
+		if got := s.Remove(x); got != had {
+			t.Fatalf("Remove(%v) = %v", x, got)
+		}
+		return m.remove(x)
+	}
+	// Searches that leave a record of x for the next step; "away" moves
+	// the finger to another leaf and keeps the record.
+	nextFree := func(s *Set, m model, x u128.U128) model { s.NextFree(x, x); return m }
+	away := func(s *Set, m model, x u128.U128) model { s.Contains(x.Add64(1000)); return m }
+	cases := map[string][]op{
+		"Add,Remove":                 {add, remove},
+		"Add,Add,Remove,Remove":      {add, add, remove, remove},
+		"NextFree,Add,Remove":        {nextFree, add, remove},
+		"NextFree,away,Add,Remove":   {nextFree, away, add, remove},
+		"Add,away,Remove,Add":        {add, away, remove, add},
+		"Remove,NextFree,Add,Remove": {remove, nextFree, add, remove},
+	}
+	// At base, the values share a /64; at baseSplit, the 2^64 boundary
+	// falls among them, so compact leaves meet values they cannot hold.
+	baseSplit := two64.Sub64(21)
+	for _, caps := range [][3]int{{2, 2, 2}, {3, 2, 3}, {4, 2, 2}, {compactCap, wideCap, innerCap}} {
+		for _, base := range []u128.U128{v(0), baseSplit} {
+			for lname, build := range layouts {
+				for cname, steps := range cases {
+					for off := range uint64(53) {
+						var s Set
+						s.setCaps(caps[0], caps[1], caps[2])
+						build(&s, base)
+						var m model
+						for a, b := range s.Ranges(v(0), top) {
+							m = append(m, rng{a, b})
+						}
+						if lname == "ascending" && caps[0] == 2 && s.height < 2 {
+							t.Fatalf("height %d: the tiny nodes did not make a deep tree", s.height)
+						}
+						if lname != "empty" && lname != "one" {
+							far := base.Add64(1000) // a leaf for "away"
+							s.Add(far)
+							m = m.addRange(far, far)
+						}
+						x := base.Add64(off)
+						for k, step := range steps {
+							m = step(&s, m, x)
+							// The checks' own descents move the
+							// finger: put it back where the step
+							// left it, for the next step.
+							f, gen, lo, hi, open := s.finger, s.fingerGen, s.fingerLo, s.fingerHi, s.fingerOpen
+							if err := s.check(); err != nil {
+								t.Fatalf("caps %v, base %v, %s, %s at %v, step %d: %v", caps, base, lname, cname, x, k, err)
+							}
+							if got := ranges(&s, v(0), top); !slices.Equal(got, []rng(m)) {
+								t.Fatalf("caps %v, base %v, %s, %s at %v, step %d: runs %v, model %v", caps, base, lname, cname, x, k, got, m)
+							}
+							s.finger, s.fingerGen, s.fingerLo, s.fingerHi, s.fingerOpen = f, gen, lo, hi, open
+						}
+					}
+				}
+			}
+		}
+	}
+}
