@@ -115,8 +115,9 @@ type Allocator struct {
 	// own lock, under which the store applies every write to the index:
 	// the watcher then takes no lock, and an allocation chooses and
 	// creates in one critical section.
-	mu     *sync.Mutex
-	locked store.Locked // st, when it shares its lock; else nil
+	mu         *sync.Mutex
+	locked     store.Locked     // st, when it shares its lock; else nil
+	prefetcher store.Prefetcher // locked, when it can prefetch; else nil
 	// self is the watcher New registered with st. Over a locked store, the
 	// single-address paths apply their own writes to the index and have
 	// the store skip it.
@@ -251,6 +252,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	}
 	if ls, ok := st.(store.Locked); ok {
 		a.locked, a.mu = ls, ls.Mutex()
+		a.prefetcher, _ = ls.(store.Prefetcher)
 	} else {
 		a.mu = new(sync.Mutex)
 	}
@@ -433,6 +435,10 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	if r.addr.IsValid() {
 		c, err = a.chooseStaticLocked(r.addr)
 	} else {
+		if a.prefetchesLocked(r.family) {
+			// Its slot in the owner table loads while the search runs.
+			a.prefetcher.PrefetchOwnerLocked(owner)
+		}
 		err = a.chooseNextLocked(r.family, nil, &c)
 	}
 	if err != nil {
@@ -447,6 +453,29 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	*out = ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}
 	return true, nil
 }
+
+// prefetchFrom is how many addresses a pool holds from which a search of
+// it asks the store to prefetch (store.Prefetcher): about where the memory
+// store's tables outgrow the caches, so that below it a search does not
+// pay for hints that would not pay back.
+const prefetchFrom = 1 << 16
+
+// prefetchesLocked reports whether an allocation of family f will search
+// a sparse pool large enough to prefetch for, in a store that can. Not a
+// dense one: its search is a few words of a bitmap, too short to hide a
+// load behind, and the prefetches only added to the cycle (+9 to +11 % at
+// 90 to 99 % of a /12, measured).
+func (a *Allocator) prefetchesLocked(f ipaddress.Family) bool {
+	fam, ok := famOf(f)
+	if !ok || a.prefetcher == nil || len(a.live[fam]) == 0 {
+		return false
+	}
+	pl := a.live[fam][0].pool
+	return pl.bits == nil && pl.large()
+}
+
+// large reports whether p holds prefetchFrom addresses or more.
+func (p *pool) large() bool { return p.used.Hi != 0 || p.used.Lo >= prefetchFrom }
 
 // ownerValidLocked reports whether owner.Validate would return nil,
 // checking its scope only when it is not the last one that passed: most

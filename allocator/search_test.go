@@ -3,6 +3,8 @@ package allocator
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -481,5 +483,85 @@ func TestHugePoolSearchStepsOverWhatIsInTheWay(t *testing.T) {
 				t.Errorf("chooseNextLocked = %s, %v; want %s", c.addr, err, tc.want)
 			}
 		})
+	}
+}
+
+// A large sparse pool is where the allocator has the store prefetch what
+// the create will read (store.Prefetcher). The hints must change nothing:
+// every address still has one owner, and the owner index finds each one.
+// 200k scattered addresses put the pool past prefetchFrom and the memory
+// store's tables past the size from which it prefetches.
+func TestAnAddressHasOneOwnerInAPoolTheStorePrefetchesFor(t *testing.T) {
+	ctx := context.Background()
+	p := netip.MustParsePrefix("fd00::/64")
+	st := memory.New()
+	a := newTestAllocator(t, st, WithStrategy(RandomStart(rand.NewPCG(1, 2))))
+	if _, err := a.CreateCIDR(ctx, "c", p); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	held := map[netip.Addr]ipaddress.ParentRef{}
+	const filled, batch = 200_000, 10_000
+	for len(held) < filled {
+		recs := make([]ipaddress.IPAddress, 0, batch)
+		for len(recs) < batch {
+			x := u128.FromAddr(p.Addr()).Add(u128.U128{Lo: 1<<32 + rng.Uint64()>>1})
+			if _, ok := held[x.Addr(false)]; ok {
+				continue
+			}
+			owner := ipaddress.ParentRef{Resource: "services", Namespace: "fill", Name: fmt.Sprintf("s-%d", len(held))}
+			held[x.Addr(false)] = owner
+			recs = append(recs, ipaddress.IPAddress{Addr: x.Addr(false), Parent: owner})
+		}
+		if _, err := st.CreateAddresses(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.mu.Lock()
+	prefetches := a.prefetchesLocked(ipaddress.IPv6)
+	a.mu.Unlock()
+	if !prefetches {
+		t.Fatal("a pool of 200k addresses over the memory store: no prefetch")
+	}
+	var mine []netip.Addr
+	for i := range 2_000 {
+		owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("svc-%05d", i)}
+		r, err := a.AllocateNext(ctx, ipaddress.IPv6, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev, ok := held[r.Addr]; ok {
+			t.Fatalf("%s given to %v, held by %v", r.Addr, owner, prev)
+		}
+		held[r.Addr] = owner
+		got, err := a.AddressesOf(ctx, owner)
+		if err != nil || len(got) != 1 || got[0].Addr != r.Addr {
+			t.Fatalf("AddressesOf(%v) = %v, %v; want %s", owner, got, err, r.Addr)
+		}
+		mine = append(mine, r.Addr)
+		if i%2 == 1 { // release every other: the pool churns
+			x := mine[rng.IntN(len(mine))]
+			if err := a.Release(ctx, x); err != nil {
+				t.Fatal(err)
+			}
+			owner := held[x]
+			delete(held, x)
+			mine = slices.DeleteFunc(mine, func(y netip.Addr) bool { return y == x })
+			if got, err := a.AddressesOf(ctx, owner); err != nil || len(got) != 0 {
+				t.Fatalf("AddressesOf(%v) after its release = %v, %v", owner, got, err)
+			}
+		}
+	}
+	recs, err := st.ListAddresses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != len(held) {
+		t.Fatalf("the store holds %d addresses, want %d", len(recs), len(held))
+	}
+	for _, r := range recs {
+		if owner, ok := held[r.Addr]; !ok || r.Parent != owner {
+			t.Fatalf("the store holds %s for %v; given to %v (%v)", r.Addr, r.Parent, owner, ok)
+		}
 	}
 }

@@ -525,6 +525,11 @@ func (a *Allocator) nextInSparseLocked(pl *pool) (u128.U128, bool) {
 			off = off.Mod(n) // a Strategy past its contract
 		}
 		start := lo.Add(off)
+		if a.prefetcher != nil && pl.large() {
+			// Mostly start is free, and the address chosen: its slot in
+			// the store loads while the set is searched.
+			a.prefetcher.PrefetchAddressLocked(start.Addr(pl.fam == 0))
+		}
 		if x, ok := set.NextFree(start, hi); ok {
 			return x, true
 		}

@@ -138,6 +138,34 @@ func BenchmarkAllocReleaseLarge(b *testing.B) {
 	}
 }
 
+// BenchmarkPrefetch: AllocateNext + Release as in BenchmarkAllocReleaseLarge,
+// in a /64 or /48 holding 100k addresses (1M and 10M in the full run), by
+// an allocator over the memory store whose prefetch (store.Prefetcher) is
+// hidden (impl=no-prefetch) or not (impl=prefetch): what the hints are
+// worth on this host. Both run over the one fixture, in the same memory,
+// and both reach the store through a wrapper, so that they differ in the
+// hints alone.
+func BenchmarkPrefetch(b *testing.B) {
+	defer dropFixture()
+	for _, p := range []netip.Prefix{p64, p48} {
+		for _, l := range []Layout{Packed, Random} {
+			for _, n := range largeCounts()[1:] {
+				for _, mode := range []string{prefetchOff, prefetchOn} {
+					impl := map[string]string{prefetchOff: "no-prefetch", prefetchOn: "prefetch"}[mode]
+					name := fmt.Sprintf("impl=%s/prefix=%d/used=%s/layout=%s", impl, p.Bits(), fmtCount(n), l)
+					b.Run(name, func(b *testing.B) {
+						a := fixture(b, fixtureKey{impl: ImplNetipam, prefix: p, layout: l}, n).(*Netipam)
+						if err := a.setPrefetch(mode); err != nil {
+							b.Fatal(err)
+						}
+						allocRelease(b, a)
+					})
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkFillRange: AllocateNext from empty until the range is full; one
 // operation fills the whole range. ns/addr is per allocated address.
 func BenchmarkFillRange(b *testing.B) {

@@ -34,6 +34,7 @@ import (
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/memory"
 )
 
@@ -160,7 +161,17 @@ type Netipam struct {
 	family   ipaddress.Family
 	strategy allocator.Strategy
 	filled   int
+	// prefetch, when set, puts the allocator over Store through a wrapper
+	// that forwards its store.Prefetcher (on) or hides it (off);
+	// unset, the allocator gets Store itself.
+	prefetch string
 }
+
+// Values of Netipam.prefetch.
+const (
+	prefetchOn  = "on"
+	prefetchOff = "off"
+)
 
 // CIDRName is the name of the CIDR the netipam fixtures use.
 const CIDRName = "bench"
@@ -177,9 +188,32 @@ func NewNetipam(prefix netip.Prefix, strategy allocator.Strategy) (*Netipam, err
 }
 
 func (n *Netipam) open() error {
-	a, err := allocator.New(context.Background(), n.Store, allocator.WithStrategy(n.strategy))
+	var st store.Store = n.Store
+	switch n.prefetch {
+	case prefetchOn:
+		st = struct {
+			store.Locked
+			store.Prefetcher
+		}{n.Store, n.Store}
+	case prefetchOff:
+		st = struct{ store.Locked }{n.Store}
+	}
+	a, err := allocator.New(context.Background(), st, allocator.WithStrategy(n.strategy))
 	n.Alloc = a
 	return err
+}
+
+// setPrefetch restarts the allocator over Store, wrapped as
+// Netipam.prefetch says (prefetchOn or prefetchOff), unless it already is.
+func (n *Netipam) setPrefetch(mode string) error {
+	if n.prefetch == mode {
+		return nil
+	}
+	if err := n.Alloc.Close(); err != nil {
+		return err
+	}
+	n.prefetch = mode
+	return n.open()
 }
 
 func (n *Netipam) cycleRing() *ownerRing { return &n.owners }

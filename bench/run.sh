@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 COUNT=${COUNT:-6}
-all="alloc large ops finalizer heap floor calibrate scale"
+all="alloc large prefetch ops finalizer heap floor calibrate scale"
 commit=${NETIPAM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [[ -n ${ONLY:-} ]]; then
 	for name in $ONLY; do
@@ -64,6 +64,7 @@ trap 'rm -f "$bin"' EXIT
 groups=(
 	"alloc:^BenchmarkAllocRelease\$"
 	"large:^BenchmarkAllocReleaseLarge\$"
+	"prefetch:^BenchmarkPrefetch\$"
 	"ops:^Benchmark(FillRange|AllocateNextFull|AllocateStatic|ParallelAllocRelease)\$"
 	"finalizer:^Benchmark(FinalizerDecision|ColdStart)\$"
 	"heap:^BenchmarkHeapPerAddr\$"

@@ -262,6 +262,20 @@ type Locked interface {
 	DeleteAddressLocked(addr netip.Addr, self Watcher) (deleted int64, err error)
 }
 
+// Prefetcher is implemented by a Locked store that can start loading what a
+// CreateAddressLocked will read, for a caller holding Mutex that is about
+// to search for the address and can guess it: the loads from memory then
+// overlap the search instead of following it. The methods are hints: they
+// change nothing, and a wrong guess costs only their loads. The allocator
+// calls them before it searches a large sparse pool (an IPv6 range of
+// millions of addresses), where they are worth it (BENCHMARKS.md).
+type Prefetcher interface {
+	// PrefetchOwnerLocked prepares a create for owner.
+	PrefetchOwnerLocked(owner ipaddress.ParentRef)
+	// PrefetchAddressLocked prepares a create of addr.
+	PrefetchAddressLocked(addr netip.Addr)
+}
+
 // Snapshot is the whole state of a store at one revision.
 type Snapshot struct {
 	Revision int64

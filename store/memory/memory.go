@@ -449,6 +449,16 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	return s.rev, created, nil
 }
 
+// PrefetchOwnerLocked starts loading the owner table's slot that a
+// CreateAddressLocked for owner reads, when the table is past the caches
+// (see store.Prefetcher). The caller holds Mutex.
+func (s *Store) PrefetchOwnerLocked(owner ipaddress.ParentRef) { s.addrs.prefetchOwner(owner) }
+
+// PrefetchAddressLocked starts loading the address table's slot that a
+// CreateAddressLocked of addr reads, when the table is past the caches
+// (see store.Prefetcher). The caller holds Mutex.
+func (s *Store) PrefetchAddressLocked(addr netip.Addr) { s.addrs.prefetchAddr(addr) }
+
 // othersWatch reports whether a watcher other than self is registered:
 // without one, a write need not build the record it would be told.
 func (s *Store) othersWatch(self store.Watcher) bool {

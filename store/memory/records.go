@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/netipam/netipam/internal/prefetch"
 	"github.com/netipam/netipam/ipaddress"
 )
 
@@ -83,6 +84,10 @@ type records struct {
 	// compactAt is the waste in bytes below which the arena is never
 	// compacted; tests lower it.
 	compactAt int
+	// prefetchMin is the size of a table, in bytes of slots, below which
+	// prefetchOwner and prefetchAddr do nothing: prefetchFrom; tests
+	// lower it.
+	prefetchMin int
 
 	base    uint32 // created values are stored as created - base
 	hasBase bool
@@ -101,6 +106,16 @@ type records struct {
 	lastOK      bool     // last names a live scope
 
 	warmed uint8 // the sum of what warm loaded, so that its loads are kept
+
+	// prefetched is the key prefetchOwner found, for the name
+	// prefetchedName, until the next knownOwnerKey: a prefetch and the
+	// create after it look up one owner, and hash its name once. Only the
+	// hash is reused, and for the very same string (the same bytes at the
+	// same address, which the held string keeps from being freed and
+	// reused); the scope is looked up each time.
+	prefetched     ownerKey
+	prefetchedName string
+	prefetchedOK   bool
 }
 
 type scope struct{ group, resource, namespace string }
@@ -110,11 +125,12 @@ type entry struct{ off uint32 }
 
 func newRecords() *records {
 	r := &records{
-		seed:      rand.Uint64(),
-		ownerKeys: [2]uint64{rand.Uint64(), rand.Uint64()},
-		mask:      ^uint64(0),
-		compactAt: 1 << chunkBits,
-		scopeIDs:  map[scope]uint32{},
+		seed:        rand.Uint64(),
+		ownerKeys:   [2]uint64{rand.Uint64(), rand.Uint64()},
+		mask:        ^uint64(0),
+		compactAt:   1 << chunkBits,
+		prefetchMin: prefetchFrom,
+		scopeIDs:    map[scope]uint32{},
 	}
 	r.v4, r.v6 = newTable(false, 0), newTable(false, 0)
 	r.owners = newTable(true, 0)
@@ -253,6 +269,12 @@ func (r *records) knownOwnerKey(p ipaddress.ParentRef) (ownerKey, bool) {
 			return ownerKey{}, false
 		}
 	}
+	if r.prefetchedOK { // the create after a prefetch, mostly
+		r.prefetchedOK = false
+		if sid == r.prefetched.sid && len(p.Name) == len(r.prefetchedName) && unsafe.StringData(p.Name) == unsafe.StringData(r.prefetchedName) {
+			return r.prefetched, true // the same string: the same bytes
+		}
+	}
 	return ownerKey{sid, r.ownerHash(sid, p.Name)}, true
 }
 
@@ -264,6 +286,43 @@ func (r *records) warm(k ownerKey) {
 	if t := &r.owners; t.n > 0 {
 		r.warmed += t.slot(r.home(t, k.h))[0]
 	}
+}
+
+// prefetchFrom is the size of a table, in bytes of slots, from which a
+// prefetch of its slots is worth its instructions: a table this large is
+// past the L2 cache of the hosts measured (512 KiB and 1 MiB), and a slot
+// of it read at random mostly waits for memory.
+const prefetchFrom = 1 << 20
+
+// prefetchOwner starts loading the owner table's home slot of p, when the
+// table is large enough for it to matter and p's scope is interned.
+func (r *records) prefetchOwner(p ipaddress.ParentRef) {
+	t := &r.owners
+	if t.size == 0 || len(t.slots) < r.prefetchMin {
+		return
+	}
+	if k, ok := r.knownOwnerKey(p); ok {
+		prefetch.Line(unsafe.Pointer(&t.slot(r.home(t, k.h))[0]))
+		r.prefetched, r.prefetchedName, r.prefetchedOK = k, p.Name, true
+	}
+}
+
+// prefetchAddr starts loading the home slot of a in its address table,
+// when the table is large enough for it to matter.
+func (r *records) prefetchAddr(a netip.Addr) {
+	t := r.table(a)
+	if t.size == 0 || len(t.slots) < r.prefetchMin {
+		return
+	}
+	var h uint64
+	if a.Is4() {
+		k := a.As4()
+		h = r.addrHash4(uint64(binary.BigEndian.Uint32(k[:])))
+	} else {
+		k := a.As16()
+		h = r.addrHash16(binary.BigEndian.Uint64(k[:8]), binary.BigEndian.Uint64(k[8:]))
+	}
+	prefetch.Line(unsafe.Pointer(&t.slot(r.home(t, h))[0]))
 }
 
 // put stores a record; the caller checked the address is free. It reports

@@ -146,6 +146,8 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 		r.mask = rapid.SampledFrom([]uint64{^uint64(0), 0xe000_0000_0000_0000, 0}).Draw(rt, "mask")
 		// Compact at the least waste, or as in production.
 		r.compactAt = rapid.SampledFrom([]int{0, 200, 1 << chunkBits}).Draw(rt, "compactAt")
+		// Prefetch at any size, or as in production (never, at this size).
+		r.prefetchMin = rapid.SampledFrom([]int{0, prefetchFrom}).Draw(rt, "prefetchMin")
 		model := map[netip.Addr]ipaddress.IPAddress{}
 		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 0))
 		rev := int64(0)
@@ -210,6 +212,31 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 					}
 					put(a, p)
 				}
+			},
+			// A create as CreateAddressLocked makes it, after a prefetch
+			// for the same owner, or another of the same name (the very
+			// same string, in another scope) or of a name as long: the
+			// hash the prefetch found is reused for the same owner only.
+			"prefetchThenCreate": func(rt *rapid.T) {
+				a := rapid.SampledFrom(recordsPool).Draw(rt, "addr")
+				if _, ok := model[a]; ok {
+					rt.Skip("held")
+				}
+				r.prefetchOwner(rapid.SampledFrom(recordsOwners).Draw(rt, "prefetched"))
+				r.prefetchAddr(a)
+				p := rapid.SampledFrom(recordsOwners).Draw(rt, "owner")
+				k, known := r.knownOwnerKey(p)
+				if !known {
+					k = r.ownerKeyOf(p)
+				}
+				created := int64(rng.Uint32())
+				rev++
+				r.putKeyed(a, k, p.Name, created, rev)
+				model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(created), Revision: rev}
+			},
+			// A prefetch that no create follows at once.
+			"prefetch": func(rt *rapid.T) {
+				r.prefetchOwner(rapid.SampledFrom(recordsOwners).Draw(rt, "prefetched"))
 			},
 			"delete": func(rt *rapid.T) {
 				del(rapid.SampledFrom(recordsPool).Draw(rt, "addr"))

@@ -1,0 +1,11 @@
+//go:build amd64 || arm64
+
+package prefetch
+
+import "unsafe"
+
+// Line starts loading the cache line that holds p into every cache level.
+// p need not be valid: the hint is dropped, not faulted.
+//
+//go:noescape
+func Line(p unsafe.Pointer)
