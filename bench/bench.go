@@ -161,17 +161,33 @@ type Netipam struct {
 	family   ipaddress.Family
 	strategy allocator.Strategy
 	filled   int
-	// prefetch, when set, puts the allocator over Store through a wrapper
-	// that forwards its store.Prefetcher (on) or hides it (off);
-	// unset, the allocator gets Store itself.
-	prefetch string
+	// hints, when set, is the store as the allocator sees it: Store
+	// behind a switch of its prefetch hints (BenchmarkPrefetch).
+	hints *hintSwitch
 }
 
-// Values of Netipam.prefetch.
-const (
-	prefetchOn  = "on"
-	prefetchOff = "off"
-)
+// hintSwitch is a memory store whose store.Prefetcher forwards the hints
+// while on is set and drops them otherwise, so that one allocator over one
+// store can be measured with them and without them, in turns.
+type hintSwitch struct {
+	store.Locked
+	st *memory.Store
+	on bool
+}
+
+// PrefetchOwnerLocked implements store.Prefetcher.
+func (h *hintSwitch) PrefetchOwnerLocked(owner ipaddress.ParentRef) {
+	if h.on {
+		h.st.PrefetchOwnerLocked(owner)
+	}
+}
+
+// PrefetchAddressLocked implements store.Prefetcher.
+func (h *hintSwitch) PrefetchAddressLocked(addr netip.Addr) {
+	if h.on {
+		h.st.PrefetchAddressLocked(addr)
+	}
+}
 
 // CIDRName is the name of the CIDR the netipam fixtures use.
 const CIDRName = "bench"
@@ -189,31 +205,25 @@ func NewNetipam(prefix netip.Prefix, strategy allocator.Strategy) (*Netipam, err
 
 func (n *Netipam) open() error {
 	var st store.Store = n.Store
-	switch n.prefetch {
-	case prefetchOn:
-		st = struct {
-			store.Locked
-			store.Prefetcher
-		}{n.Store, n.Store}
-	case prefetchOff:
-		st = struct{ store.Locked }{n.Store}
+	if n.hints != nil {
+		st = n.hints
 	}
 	a, err := allocator.New(context.Background(), st, allocator.WithStrategy(n.strategy))
 	n.Alloc = a
 	return err
 }
 
-// setPrefetch restarts the allocator over Store, wrapped as
-// Netipam.prefetch says (prefetchOn or prefetchOff), unless it already is.
-func (n *Netipam) setPrefetch(mode string) error {
-	if n.prefetch == mode {
-		return nil
+// hintSwitch restarts the allocator over Store behind a hintSwitch, unless
+// it already is, and returns the switch.
+func (n *Netipam) hintSwitch() (*hintSwitch, error) {
+	if n.hints != nil {
+		return n.hints, nil
 	}
 	if err := n.Alloc.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	n.prefetch = mode
-	return n.open()
+	n.hints = &hintSwitch{Locked: n.Store, st: n.Store, on: true}
+	return n.hints, n.open()
 }
 
 func (n *Netipam) cycleRing() *ownerRing { return &n.owners }
