@@ -9,3 +9,9 @@ import "unsafe"
 //
 //go:noescape
 func Line(p unsafe.Pointer)
+
+// Lines starts loading n consecutive cache lines of 64 bytes from p, as n
+// calls of Line would, in one call.
+//
+//go:noescape
+func Lines(p unsafe.Pointer, n int)

@@ -33,9 +33,21 @@ package runset
 import (
 	"errors"
 	"iter"
+	"unsafe"
 
+	"github.com/netipam/netipam/internal/prefetch"
 	"github.com/netipam/netipam/internal/u128"
 )
+
+// readAheadRuns is the number of runs from which a descent prefetches the
+// whole leaf it reaches (leafLines lines). Measured on a Zen 2 with a 16
+// MiB L3, in NextFree + Add + Remove: -8 % at 600k runs and -16 % at 10M,
+// but +3 % at 300k and +13 % at 150k, whose leaves (2 KiB each) the
+// caches mostly hold; see BENCHMARKS.md.
+const readAheadRuns = 1 << 19
+
+// leafLines is the number of 64-byte lines a leaf spans.
+const leafLines = int(unsafe.Sizeof(leaf{})+63) / 64
 
 // Node capacities. Both node types then take 2032-2040 bytes, just under the
 // 2048-byte allocation size class, so no memory is lost to rounding. A
@@ -53,10 +65,12 @@ const (
 )
 
 // shrink lowers a Set's node capacities below the real ones, so that tests
-// get deep trees from a handful of runs. The zero value keeps the real
-// sizes; a Set's capacities must stay within [2, compactCap], [2, wideCap]
-// and [2, innerCap], and must not change while it holds values.
-type shrink struct{ compact, wide, inner int }
+// get deep trees from a handful of runs, and its read-ahead threshold
+// (readAheadRuns) by ahead, so that they take that path too. The zero
+// value keeps the real sizes; a Set's capacities must stay within [2,
+// compactCap], [2, wideCap] and [2, innerCap], and must not change while
+// it holds values.
+type shrink struct{ compact, wide, inner, ahead int }
 
 // compactMax, wideMax and innerMax are the node capacities s uses.
 func (s *Set) compactMax() int { return compactCap - s.shrink.compact }
@@ -321,6 +335,12 @@ func (s *Set) descend(x u128.U128) *leaf {
 		}
 		if n.leafKids {
 			f.depth, f.lf = d+1, n.leaves[i]
+			if s.runs >= readAheadRuns-s.shrink.ahead {
+				// The leaf's header, its sampled starts and then the end
+				// of the run found are three waits one after the other
+				// in a tree past the caches; all its lines at once are one.
+				prefetch.Lines(unsafe.Pointer(f.lf), leafLines)
+			}
 			break
 		}
 		n = n.kids[i]

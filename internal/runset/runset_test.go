@@ -453,10 +453,10 @@ func TestRangesModify(t *testing.T) {
 	}
 }
 
-// setCaps shrinks s's node sizes so that a few runs make a deep tree. s
-// must be empty.
+// setCaps shrinks s's node sizes so that a few runs make a deep tree, and
+// has every descent read ahead. s must be empty.
 func (s *Set) setCaps(compact, wide, inner int) {
-	s.shrink = shrink{compact: compactCap - compact, wide: wideCap - wide, inner: innerCap - inner}
+	s.shrink = shrink{compact: compactCap - compact, wide: wideCap - wide, inner: innerCap - inner, ahead: readAheadRuns}
 }
 
 // TestLarge builds trees several levels deep with the real node sizes, near
