@@ -257,6 +257,7 @@ func cidrGet(e *env) error {
 	t := newTable(e.stdout, "Name:", o.Name)
 	t.row("CIDRs:", strings.Join(o.CIDRs, ","))
 	t.row("Created:", fmt.Sprintf("%s (%s ago)", o.Created.Format(time.RFC3339), age(c.Created, e.now)))
+	t.row("Status:", cidrStatus(c.Terminating)) // the STATUS column of the list
 	t.row("Ready:", cond.Status)
 	if cond.Reason != "" {
 		t.row("Reason:", cond.Reason)

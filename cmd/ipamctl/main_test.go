@@ -177,6 +177,13 @@ func TestWalkthroughsExhaustionAndDeletion(t *testing.T) {
 			t.Errorf("cidr get newcidr1 lacks %q:\n%s", want, get)
 		}
 	}
+	// The view of one CIDR says its status as the list does.
+	if got := fieldOf(get, "Status:"); got != "Terminating" {
+		t.Errorf("cidr get newcidr1: Status %q, want Terminating:\n%s", got, get)
+	}
+	if got := fieldOf(c.ok("cidr", "get", "kubernetes"), "Status:"); got != "Ready" {
+		t.Errorf("cidr get kubernetes: Status %q, want Ready", got)
+	}
 	var obj cidrObject
 	c.json(&obj, "cidr", "get", "newcidr1")
 	if !obj.Terminating || obj.Conditions[0].Status != "False" || obj.Conditions[0].Reason != "Terminating" || len(obj.Blocking) != 2 {
@@ -927,4 +934,15 @@ func oneLeak(t *testing.T) (*cli, string) {
 		t.Fatal(err)
 	}
 	return c, file
+}
+
+// fieldOf returns the value of the row named label in a view of one
+// object (label, spaces, value), or "" if there is none.
+func fieldOf(view, label string) string {
+	for line := range strings.Lines(view) {
+		if rest, ok := strings.CutPrefix(line, label); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
 }
