@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/netipam/netipam/internal/legacyip"
 )
@@ -20,8 +21,14 @@ var ErrInvalid = errors.New("invalid")
 //	<field>: Invalid value: "<value>": <detail>
 //
 // The value is printed Go-quoted (%q), so control characters and invalid
-// UTF-8 are escaped, and an empty value given is printed as "". A
-// FieldError marked Required reports a missing value instead:
+// UTF-8 are escaped, and an empty value given is printed as "". A value
+// longer than 256 bytes (longer than any valid name) is printed cut at
+// 256 bytes, with its length, so that a megabyte of bad input does not
+// make a megabyte of message; Value keeps it whole:
+//
+//	<field>: Invalid value: "<first 256 bytes>"... (<n> bytes): <detail>
+//
+// A FieldError marked Required reports a missing value instead:
 //
 //	<field>: Required value
 //	<field>: Required value: <detail>
@@ -48,8 +55,20 @@ func (e *FieldError) Error() string {
 		}
 		return e.Field + ": Required value: " + e.Detail
 	}
+	if v := e.Value; len(v) > maxShownValue {
+		cut := maxShownValue
+		for cut > 0 && !utf8.RuneStart(v[cut]) { // not inside a character
+			cut--
+		}
+		return fmt.Sprintf("%s: Invalid value: %q... (%d bytes): %s", e.Field, v[:cut], len(v), e.Detail)
+	}
 	return fmt.Sprintf("%s: Invalid value: %q: %s", e.Field, e.Value, e.Detail)
 }
+
+// maxShownValue is how much of a value FieldError.Error prints: a little
+// more than the longest valid name (253 bytes), so that only values wrong
+// for their length are cut.
+const maxShownValue = 256
 
 // Is reports whether target is ErrInvalid.
 func (e *FieldError) Is(target error) bool { return target == ErrInvalid }

@@ -2,6 +2,7 @@ package ipaddress
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -69,6 +70,32 @@ func TestFieldErrorFormat(t *testing.T) {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("Error() = %s, want %s", got, tc.want)
 		}
+	}
+}
+
+// A value longer than any valid name is printed cut, with its length:
+// the message of a megabyte of input stays short. One as long as the
+// longest valid name is printed whole, and a cut never splits a character.
+func TestFieldErrorMessageOfAHugeValueIsCut(t *testing.T) {
+	whole := strings.Repeat("a", 253)
+	if got, want := (&FieldError{Field: "f", Value: whole, Detail: "d"}).Error(), `f: Invalid value: "`+whole+`": d`; got != want {
+		t.Errorf("a 253-byte value: %s, want it whole", got)
+	}
+	huge := strings.Repeat("x", 1<<20)
+	got := (&FieldError{Field: "f", Value: huge, Detail: "d"}).Error()
+	if want := `f: Invalid value: "` + huge[:256] + `"... (1048576 bytes): d`; got != want {
+		t.Errorf("a 1 MiB value: %.120s..., want %.120s...", got, want)
+	}
+	// 'é' is two bytes: at 255 and 256 of this value, across the cut.
+	split := strings.Repeat("a", 255) + "é" + strings.Repeat("b", 100)
+	got = (&FieldError{Field: "f", Value: split, Detail: "d"}).Error()
+	if want := `f: Invalid value: "` + strings.Repeat("a", 255) + `"... (357 bytes): d`; got != want {
+		t.Errorf("a cut inside a character: %s, want %s", got, want)
+	}
+	// Through validation: a parent name of a megabyte.
+	err := ParentRef{Resource: "services", Namespace: "default", Name: huge}.Validate()
+	if err == nil || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "(1048576 bytes)") {
+		t.Errorf("Validate of a 1 MiB name: %d bytes of message: %.200s", len(fmt.Sprint(err)), fmt.Sprint(err))
 	}
 }
 
