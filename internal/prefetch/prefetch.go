@@ -6,6 +6,6 @@
 // instructions on: a search of a large structure that follows stalls on
 // it. A prefetch instruction retires at once, so a load from memory (a
 // few hundred nanoseconds past the caches) overlaps the whole search.
-// It never faults and changes no result; where the architecture has no
-// such instruction here, Line does nothing.
+// It never faults and changes no result; on architectures other than
+// amd64 and arm64, Line and Lines do nothing.
 package prefetch

@@ -5,9 +5,9 @@ import (
 	"unsafe"
 )
 
-// A prefetch is a hint: of a valid line or of nil, it neither faults nor
-// changes memory.
-func TestLineNeverFaultsNorWrites(t *testing.T) {
+// A prefetch is a hint: of valid lines, of nil, of no lines or of lines
+// past the end of a buffer, it neither faults nor changes memory.
+func TestPrefetchNeverFaultsNorWrites(t *testing.T) {
 	buf := make([]byte, 256)
 	for i := range buf {
 		buf[i] = byte(i)
@@ -16,6 +16,10 @@ func TestLineNeverFaultsNorWrites(t *testing.T) {
 		Line(unsafe.Pointer(&buf[i]))
 	}
 	Line(nil)
+	for _, n := range []int{-1, 0, 1, 4, 64} { // 64 lines: 4 KiB past a 256-byte buffer
+		Lines(unsafe.Pointer(&buf[0]), n)
+	}
+	Lines(nil, 8)
 	for i, b := range buf {
 		if b != byte(i) {
 			t.Fatalf("buf[%d] = %d after prefetches, want %d", i, b, i)
