@@ -140,6 +140,9 @@ func TestACorruptCIDRInEtcdIsLeftOutAndSaidSo(t *testing.T) {
 		if !strings.Contains(r.stderr, "ipamctl: warning:") || !strings.Contains(r.stderr, key) {
 			t.Errorf("cidr get %v: stderr does not warn of %s:\n%s", verbose, key, r.stderr)
 		}
+		if n := strings.Count(r.stderr, key); n != 1 {
+			t.Errorf("cidr get %v: stderr names %s %d times, want once:\n%s", verbose, key, n, r.stderr)
+		}
 	}
 	if a := c.allocateNext("services/default/web"); !netip.MustParsePrefix("10.96.0.0/28").Contains(a) {
 		t.Errorf("allocated %s, want an address of good", a)
@@ -170,6 +173,9 @@ func TestARecordInEtcdThatCannotBeReadIsLeftOutAndSaidSo(t *testing.T) {
 		if !strings.Contains(r.stderr, "ipamctl: warning: left out of the list:") || !strings.Contains(r.stderr, key) ||
 			!strings.Contains(r.stderr, "ipamctl: the list lacks 1 record that cannot be read") {
 			t.Errorf("%s: stderr does not warn of %s and say the list lacks it:\n%s", what, key, r.stderr)
+		}
+		if n := strings.Count(r.stderr, key); n != 1 {
+			t.Errorf("%s: stderr names %s %d times, want once:\n%s", what, key, n, r.stderr)
 		}
 	}
 	for _, verbose := range [][]string{nil, {"-v"}} {
