@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -15,13 +16,15 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/term"
 
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/etcd"
 )
 
 // etcdPasswordEnv holds the password of --etcd-user NAME, so that it need
-// not be on the command line, where other users see it.
+// not be on the command line, where other users see it. Without it, on a
+// terminal, ipamctl asks for the password (askEtcdPassword).
 const etcdPasswordEnv = "IPAMCTL_ETCD_PASSWORD"
 
 // etcdSpec is the etcd cluster the flags name, and how to connect to it.
@@ -31,6 +34,9 @@ type etcdSpec struct {
 	tls       *tls.Config // nil: TLS only for https:// endpoints, trusting the system's CAs
 	user      string      // "": no authentication
 	password  string
+	// askPassword: --etcd-user NAME gave no password, nor did
+	// etcdPasswordEnv; askEtcdPassword asks for it on the terminal.
+	askPassword bool
 }
 
 // parseEtcdFlags checks the flags of --etcd and reads the TLS files they
@@ -91,13 +97,36 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 		switch {
 		case name == "":
 			return nil, usageErrorf("--etcd-user: no user name (NAME or NAME:PASSWORD)")
-		case password == "":
+		case password == "" && inline:
 			// The flag's value is not repeated: it may hold a password.
-			return nil, usageErrorf("--etcd-user: no password for %s: give NAME:PASSWORD or set %s", name, etcdPasswordEnv)
+			return nil, usageErrorf("--etcd-user: an empty password for %s", name)
 		}
-		spec.user, spec.password = name, password
+		spec.user, spec.password, spec.askPassword = name, password, password == ""
 	}
 	return spec, nil
+}
+
+// askEtcdPassword asks for the password of spec's user on the terminal
+// that stdin is, without echoing it, the prompt on stderr; stdin that is
+// no terminal (a pipe, a file, a script's) is refused with a usage error
+// naming the other ways, as a password read from it would be a guess at
+// what the caller meant.
+func askEtcdPassword(spec *etcdSpec, stdin io.Reader, stderr io.Writer) error {
+	f, ok := stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return usageErrorf("--etcd-user: no password for %s: give NAME:PASSWORD, set %s, or run ipamctl on a terminal, which asks", spec.user, etcdPasswordEnv)
+	}
+	fmt.Fprintf(stderr, "Password for etcd user %s: ", spec.user)
+	password, err := term.ReadPassword(int(f.Fd()))
+	fmt.Fprintln(stderr) // the newline the user typed was not echoed
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the password of etcd user %s: %w", spec.user, err)
+	case len(password) == 0:
+		return usageErrorf("--etcd-user: an empty password for %s", spec.user)
+	}
+	spec.password, spec.askPassword = string(password), false
+	return nil
 }
 
 // overTLS reports whether the etcd client reaches endpoint ep over TLS:

@@ -28,7 +28,8 @@
 //	--etcd-cacert FILE   CA bundle to verify etcd's certificate (TLS)
 //	--etcd-cert FILE     client certificate for etcd, with --etcd-key FILE
 //	--etcd-user NAME[:PASSWORD]  etcd user; the password, if not given
-//	                     here, from $IPAMCTL_ETCD_PASSWORD
+//	                     here, from $IPAMCTL_ETCD_PASSWORD, else asked
+//	                     on the terminal
 //	-o json|yaml         machine-readable output
 //	-v                   log to stderr (slog text)
 //	--timeout D          give up after D (default 30s)
@@ -304,7 +305,8 @@ Global flags, anywhere on the line:
   --etcd-user NAME[:PASSWORD]
                         authenticate to etcd as NAME; without :PASSWORD
                         (which other users can see on the command line)
-                        the password is read from $IPAMCTL_ETCD_PASSWORD
+                        the password is read from $IPAMCTL_ETCD_PASSWORD,
+                        else asked for on the terminal
   -o json|yaml          machine-readable output
   -v                    log to stderr
   --timeout D           give up after D (default 30s)
@@ -320,6 +322,12 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 	inv, err := parseLine(argv, stdin, stdout, stderr)
 	if err != nil || inv == nil { // an error, or help printed
 		return err
+	}
+	// Asked before --timeout starts, which is for the store, not the user.
+	if es := inv.spec.etcd; es != nil && es.askPassword {
+		if err := askEtcdPassword(es, stdin, stderr); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, inv.timeout)
 	defer cancel()

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// openTerminal opens a pseudo-terminal, both ends closed with the test:
+// what is written to master is what a user types on slave.
+func openTerminal(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("opening a pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlocking the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetUint32(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("numbering the pseudo-terminal: %v", err)
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("opening the pseudo-terminal's other end: %v", err)
+	}
+	t.Cleanup(func() { slave.Close() })
+	return master, slave
+}
+
+// runOnTerminal runs ipamctl with stdin a terminal on which typed was
+// typed before it started.
+func (c *cli) runOnTerminal(typed string, args ...string) result {
+	c.t.Helper()
+	master, slave := openTerminal(c.t)
+	if _, err := master.WriteString(typed); err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append(append([]string{}, c.store...), args...)...)
+	cmd.Env = append(os.Environ(), c.env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		c.t.Fatalf("running ipamctl %v: %v", args, err)
+	}
+	return r
+}
+
+// --etcd-user NAME with no password given and none in the environment:
+// on a terminal ipamctl asks for it (prompt on stderr, the answer not in
+// any output), and uses it; an empty answer is refused as an empty
+// password is on the command line; stdin that is not a terminal gets the
+// usage error naming the three ways.
+func TestAnEtcdPasswordIsAskedForOnATerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	t.Setenv(etcdPasswordEnv, "")
+	p := newTestPKI(t)
+	ep := "https://" + startTLSEtcd(t, p)
+	tlsFlags := []string{"--etcd", ep, "--etcd-cacert", p.ca, "--etcd-cert", p.clientCert, "--etcd-key", p.clientKey}
+	(&cli{t: t, store: tlsFlags}).ok("cidr", "create", "kubernetes", "10.96.0.0/28")
+	const password = "typed-Pa55"
+	enableRoot(t, ep, p, password)
+	asRoot := &cli{t: t, store: append(append([]string{}, tlsFlags...), "--etcd-user", "root")}
+
+	r := asRoot.runOnTerminal(password+"\n", "cidr", "get")
+	if r.code != 0 || !strings.Contains(r.stdout, "kubernetes") {
+		t.Fatalf("cidr get, the password typed: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "Password for etcd user root: ") {
+		t.Errorf("no prompt on stderr: %q", r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, password) {
+		t.Errorf("the password shows in the output: %q, %q", r.stdout, r.stderr)
+	}
+
+	r = asRoot.runOnTerminal("not-"+password+"\n", "cidr", "get")
+	if r.code != exitError || !strings.Contains(r.stderr, "authentication failed") {
+		t.Errorf("a wrong password typed: exit %d, stderr %q; want %d, authentication failed", r.code, r.stderr, exitError)
+	}
+	r = asRoot.runOnTerminal("\n", "cidr", "get")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "an empty password for root") {
+		t.Errorf("an empty password typed: exit %d, stderr %q; want %d", r.code, r.stderr, exitUsage)
+	}
+	r = asRoot.fail(exitUsage, "or run ipamctl on a terminal", "cidr", "get")
+	if strings.Contains(r.stderr, "Password for") {
+		t.Errorf("stdin not a terminal, yet a prompt: %q", r.stderr)
+	}
+	(&cli{t: t, store: append(append([]string{}, tlsFlags...), "--etcd-user", "root:")}).fail(exitUsage, "an empty password for root", "cidr", "get")
+}
