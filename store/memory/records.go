@@ -278,13 +278,13 @@ func (r *records) knownOwnerKey(p ipaddress.ParentRef) (ownerKey, bool) {
 	return ownerKey{sid, r.ownerHash(sid, p.Name)}, true
 }
 
-// warm loads the owner table's home slot of k. A write calls it before
-// looking the address up: in a large store both are cache misses, and
-// neither depends on the other, so the processor then waits for them
+// warm loads the owner table's home control word of k. A write calls it
+// before looking the address up: in a large store both are cache misses,
+// and neither depends on the other, so the processor then waits for them
 // together instead of one after the other.
 func (r *records) warm(k ownerKey) {
 	if t := &r.owners; t.n > 0 {
-		r.warmed += t.slot(r.home(t, k.h))[0]
+		r.warmed += uint8(t.ctrl[r.home(t, k.h)])
 	}
 }
 
@@ -294,24 +294,32 @@ func (r *records) warm(k ownerKey) {
 // of it read at random mostly waits for memory.
 const prefetchFrom = 1 << 20
 
-// prefetchOwner starts loading the owner table's home slot of p, when the
-// table is large enough for it to matter and p's scope is interned.
+// prefetchOwner starts loading the owner table's home group of p, when
+// the table is large enough for it to matter and p's scope is interned.
 func (r *records) prefetchOwner(p ipaddress.ParentRef) {
 	t := &r.owners
-	if t.size == 0 || len(t.slots) < r.prefetchMin {
+	if t.size == 0 || t.bytes() < r.prefetchMin {
 		return
 	}
 	if k, ok := r.knownOwnerKey(p); ok {
-		prefetch.Line(unsafe.Pointer(&t.slot(r.home(t, k.h))[0]))
+		t.prefetchGroup(r.home(t, k.h))
 		r.prefetched, r.prefetchedName, r.prefetchedOK = k, p.Name, true
 	}
 }
 
-// prefetchAddr starts loading the home slot of a in its address table,
+// prefetchGroup starts loading group g of t: its control word, which every
+// probe reads, and its offsets, which a hit reads and an insert writes
+// (the 32 bytes of a group are in one cache line).
+func (t *offTable) prefetchGroup(g int) {
+	prefetch.Line(unsafe.Pointer(&t.ctrl[g]))
+	prefetch.Line(unsafe.Pointer(&t.offs[g*groupSlots]))
+}
+
+// prefetchAddr starts loading the home group of a in its address table,
 // when the table is large enough for it to matter.
 func (r *records) prefetchAddr(a netip.Addr) {
 	t := r.table(a)
-	if t.size == 0 || len(t.slots) < r.prefetchMin {
+	if t.size == 0 || t.bytes() < r.prefetchMin {
 		return
 	}
 	var h uint64
@@ -322,7 +330,7 @@ func (r *records) prefetchAddr(a netip.Addr) {
 		k := a.As16()
 		h = r.addrHash16(binary.BigEndian.Uint64(k[:8]), binary.BigEndian.Uint64(k[8:]))
 	}
-	prefetch.Line(unsafe.Pointer(&t.slot(r.home(t, h))[0]))
+	t.prefetchGroup(r.home(t, h))
 }
 
 // put stores a record; the caller checked the address is free. It reports
@@ -387,7 +395,7 @@ func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int6
 	r.dropOwner(r.ownerHash(sid, name), old)
 	r.arena.release(old, size)
 	r.dropScopeRecord(sid)
-	binary.LittleEndian.PutUint32(t.slot(i), off) // same address: same slot
+	t.offs[i] = off // same address: same slot, same fragment
 	r.addOwner(k.h, k.sid, p.Name, off)
 	r.compactIfWasteful()
 	return true
@@ -399,45 +407,46 @@ const ownerSlots = 2
 
 // addOwner indexes the entry at off under its owner (sid, name), hash h:
 // in the owner table unless ownerSlots of its slots there hold the owner's
-// records already, and then in more. One walk from the home of h counts
-// those slots (reading from the arena only the entries whose slot tag
-// matches h) and stops where the entry goes.
+// records already, and then in more. One walk from the home of h, as far
+// as a lookup goes, counts those slots (reading from the arena only the
+// entries whose fragment matches h's) and finds the first free slot, where
+// the entry goes.
 func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 	t := &r.owners
 	if t.size == 0 {
 		r.reserve(t)
 	}
-	i, d, tag, n := r.home(t, h), 0, uint8(h), 0
-	for ; ; d++ {
-		s := t.slot(i)
-		cur := binary.LittleEndian.Uint32(s)
-		if cur == 0 {
-			break
-		}
-		rd := r.slotDist(t, i, s)
-		if rd < d {
-			break
-		}
-		if rd == d && s[5] == tag { // same home and tag: maybe this owner's
-			if fsid, fname, _ := ownerOf(r.arena.bytes(cur)); fsid == sid && fname == name {
-				n++
+	g, f, free, n := r.home(t, h), fragment(h), -1, 0
+walk:
+	for {
+		c := t.ctrl[g]
+		for m := matchFragment(c, f); m != 0; m &= m - 1 {
+			if fsid, fname, _ := ownerOf(r.arena.bytes(t.offs[firstSlot(g, m)])); fsid == sid && fname == name {
+				if n++; n == ownerSlots {
+					break walk
+				}
 			}
 		}
-		i = t.next(i)
+		if free < 0 {
+			if m := matchFree(c); m != 0 {
+				free = firstSlot(g, m)
+			}
+		}
+		if matchEmpty(c) != 0 {
+			break
+		}
+		g = t.nextGroup(g)
 	}
 	switch {
 	case n >= ownerSlots:
 		more := r.more[h]
 		r.morePos[off] = uint32(len(more))
 		r.more[h] = append(more, off)
-	case t.n >= t.full: // the table grows, and the entry's place moves
+	case t.n >= t.full || t.growthLeft == 0: // a rebuild: the entry's place moves
 		r.reserve(t)
 		r.insert(t, h, off)
-	case t.off(i) == 0:
-		t.set(i, off, d, tag)
-		t.n++
 	default:
-		t.shiftIn(i, off, d, tag)
+		t.fill(free, f, off)
 	}
 }
 
@@ -448,18 +457,19 @@ func (r *records) dropOwner(h uint64, off uint32) {
 	// The owner table holds the entry if a probe for h meets off: an
 	// offset names one entry, so the arena is not read.
 	if t := &r.owners; t.n > 0 {
-		i := r.home(t, h)
-		for d := 0; ; d++ {
-			s := t.slot(i)
-			cur := binary.LittleEndian.Uint32(s)
-			if cur == off {
-				r.removeAt(t, i)
-				return
+		g, f := r.home(t, h), fragment(h)
+		for {
+			c := t.ctrl[g]
+			for m := matchFragment(c, f); m != 0; m &= m - 1 {
+				if i := firstSlot(g, m); t.offs[i] == off {
+					r.removeAt(t, i)
+					return
+				}
 			}
-			if cur == 0 || r.slotDist(t, i, s) < d {
+			if matchEmpty(c) != 0 {
 				break // in more
 			}
-			i = t.next(i)
+			g = t.nextGroup(g)
 		}
 	}
 	k, ok := r.morePos[off]
@@ -560,18 +570,19 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 		}
 	}
 	h := r.ownerHash(sid, p.Name)
-	t := &r.owners
-	i := r.home(t, h)
 	// The table may hold none of p's records while more still does.
-	for d := 0; t.n > 0 && t.off(i) != 0; d++ {
-		rd := r.dist(t, i)
-		if rd < d {
-			break
+	if t := &r.owners; t.n > 0 {
+		g, f := r.home(t, h), fragment(h)
+		for {
+			c := t.ctrl[g]
+			for m := matchFragment(c, f); m != 0; m &= m - 1 {
+				add(t.offs[firstSlot(g, m)]) // maybe p's
+			}
+			if matchEmpty(c) != 0 {
+				break
+			}
+			g = t.nextGroup(g)
 		}
-		if rd == d && t.slot(i)[5] == uint8(h) { // same home and tag: maybe p's
-			add(t.off(i))
-		}
-		i = t.next(i)
 	}
 	for _, off := range r.more[h] {
 		add(off)
@@ -582,8 +593,8 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 // all calls fn for every record, in no order.
 func (r *records) all(fn func(netip.Addr, entry)) {
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {
-		for i := range t.size {
-			if off := t.off(i); off != 0 {
+		for _, off := range t.offs {
+			if off != 0 {
 				fn(r.parse(off).addr(), entry{off})
 			}
 		}
@@ -633,7 +644,7 @@ func (r *records) compact() {
 					panic("memory store: live records outgrew the arena in a compaction")
 				}
 				if src == t {
-					binary.LittleEndian.PutUint32(t.slot(i), noff)
+					t.offs[i] = noff // same address: same slot
 				} else {
 					r.insert(t, r.addrHash(f.key), noff)
 				}
@@ -721,47 +732,114 @@ func (r *records) entryHash(t *offTable, off uint32) uint64 {
 
 // Tables.
 
-// offTable is a Robin Hood hash table of arena offsets. An entry's home slot
-// is the high word of hash*size, and the entries are kept ordered by home
-// along each run of full slots, so a lookup stops at the first entry closer
-// to its home than the sought one would be, and a deletion shifts the
-// entries after it back by one until one is at home.
+// offTable is a hash table of arena offsets probed a group of slots at a
+// time, in the manner of SwissTable. Its slots come in groups of
+// groupSlots; slot i is slot i%8 of group i/8, and slot indexes are what
+// find returns and removeAt takes. The home group of a hash h is the high
+// word of h*groups, so the number of groups is any integer and a table
+// grows by a quarter. A probe visits the groups from home on, wrapping
+// around the end, and stops after the first group with an empty slot.
 //
-// The slots are interleaved in one byte array, so a probe touches one cache
-// line, not one per field: slotBytes each, the arena offset (4 bytes,
-// little endian; 0 marks a free slot), then the distance of the entry from
-// its home slot (1 byte), then the low byte of its hash (the tag) so that a
-// lookup reads from the arena almost only the entries it wants. The
-// distance saturates: 255 means 255 or more, and
-// the true one is then computed from the entry's hash; only an owner with
-// hundreds of addresses, all in one run, or forced collisions make such
-// distances.
+// Two pointer-free arrays hold the slots: offs, the arena offset of each
+// (0 in a free slot: the arena's offset 0 is no entry), and ctrl, one word
+// per group with a control byte per slot (byte j in bits 8j to 8j+7):
+// ctrlEmpty, ctrlDeleted (a tombstone), or ctrlFull plus the low 7 bits of
+// the entry's hash (its fragment). A probe reads one control word per
+// group and finds the slots whose fragment matches, the empty ones and the
+// free ones all at once with a few word operations (see matchFragment);
+// only the offsets of matching slots are read, and from the arena only
+// their entries (1 in 128 of the others match by chance).
+//
+// Invariants: a control byte is full exactly when its offset is not 0, and
+// then its fragment is that of its entry's hash; every entry sits in its
+// home group or in a group after it that the probe reaches, with no group
+// holding an empty slot between its home and its own group (an insert
+// takes the first free slot from home, and a group without an empty slot
+// never gets one back until a rehash: a deletion leaves a tombstone in
+// such a group, since a probe may have passed through it, and empties the
+// slot only in a group that holds an empty slot already, which no probe
+// ever went past). So a lookup stops at the first group with an empty
+// slot.
+//
+// Tombstones are reused by inserts, but they also take room from empty
+// slots, and churn at a constant size would fill a table with them.
+// growthLeft counts the empty slots that may still be filled: a table
+// holds at most full live entries (its load bound) and at most full+slack
+// entries and tombstones together (slack = size/16). When an insert finds
+// growthLeft at 0 below the load bound, the table is rebuilt at the same
+// size, which drops every tombstone and leaves at least slack slots to
+// fill: a rebuild per slack tombstones made, O(1) amortized, and a table
+// at a constant number of entries keeps its size. At the load bound it
+// grows by a quarter instead.
 type offTable struct {
-	slots  []byte
-	size   int  // slots
-	n      int  // entries
-	full   int  // entries at the load bound: size*num/den of maxLoad
-	owners bool // keyed by owner, not by address
+	ctrl       []uint64 // a control word per group
+	offs       []uint32 // an arena offset per slot, 0 in a free one
+	groups     int
+	size       int  // slots: groups*groupSlots
+	n          int  // entries
+	full       int  // entries at the load bound: size*num/den of maxLoad
+	growthLeft int  // empty slots that may still be filled: full+slack-n-tombstones
+	owners     bool // keyed by owner, not by address
 }
 
-// slotBytes is the size of a slot: offset, distance, tag.
-const slotBytes = 6
+// Control bytes. An empty slot is 0, not the 0x80 of SwissTable, so that a
+// fresh table is all zeros, as make returns it: a large one is never
+// written before use (the runtime's memory from the kernel is zeroed
+// already), and its pages are touched only as entries arrive.
+const (
+	groupSlots  = 8
+	ctrlEmpty   = 0x00
+	ctrlDeleted = 0x01
+	ctrlFull    = 0x80 // | the fragment, 7 bits of the hash
+
+	lsbs = 0x0101010101010101
+	lows = 0x7f7f7f7f7f7f7f7f
+	msbs = 0x8080808080808080
+)
+
+// slotBytes is the memory of a slot: its offset and control byte.
+const slotBytes = 5
+
+// fragment returns the control byte of a full slot whose entry's hash is h:
+// the low bits, as home uses the high ones.
+func fragment(h uint64) uint64 { return ctrlFull | h&0x7f }
+
+// matchFragment returns the full slots of control word c whose control
+// byte is f, as the high bit of their byte: every one of them, and now and
+// then a slot just above one of them (a borrow of the subtraction carries
+// into the next byte when it holds f^1), which the caller tells apart by
+// its offset or key. Empty and deleted slots never match.
+func matchFragment(c, f uint64) uint64 {
+	x := c ^ lsbs*f // 0 in a byte equal to f
+	return (x - lsbs) &^ x & msbs
+}
+
+// matchEmpty returns the empty slots of control word c, exactly: a byte is
+// 0 when neither its high bit nor, carried into it, any of its low ones is
+// set.
+func matchEmpty(c uint64) uint64 { return ^(c&lows + lows | c) & msbs }
+
+// matchFree returns the empty and the deleted slots of control word c: the
+// bytes with the high bit clear.
+func matchFree(c uint64) uint64 { return ^c & msbs }
+
+// firstSlot returns the slot of group g that the lowest byte set in a
+// match names.
+func firstSlot(g int, m uint64) int { return g*groupSlots + bits.TrailingZeros64(m)>>3 }
 
 // Load bounds: an address table holds at most half as many entries as it
 // has slots, the owner table two thirds, and a table that reaches its
-// bound grows by a quarter. An allocation inserts into an address table at
-// a random place and its release deletes there, and each moves the entries
-// from there to the next free slot: about 5 of them at 3/4, about 1.5 at
-// 1/2, which keeps them on the line the lookup already loaded, for 4.4
-// more bytes per record (bench/BENCHMARKS.md has the numbers). The owner
-// table keeps 2/3, not 1/2: one IPv6 address scattered in a /64 costs
-// ~97 B with index and owner at 1M (95 at 3/4), near the 100 B we allow;
-// past 2/3 its probe clusters grew fast (at 3/4, 200 more instructions
-// per allocate + release in a full /12).
+// bound grows by a quarter (tombstones take up to size/16 more slots, see
+// offTable). With Robin Hood tables of 6-byte slots these bounds were the
+// cheapest of those measured (an allocation and its release moved about
+// 1.5 entries each at 1/2, 5 at 3/4; the owner table at 2/3 kept one IPv6
+// address scattered in a /64 near 97 B at 1M); with groups a probe is
+// mostly one control word at either load, and a slot takes 5 bytes, so
+// the same bounds take a sixth less memory.
 const (
 	addrLoadNum, addrLoadDen   = 1, 2
 	ownerLoadNum, ownerLoadDen = 2, 3
-	minTableSize               = 8
+	minTableSize               = groupSlots
 )
 
 // maxLoad returns t's load bound as num/den.
@@ -779,13 +857,26 @@ func (t *offTable) sizeFor(n int) int {
 	return max(minTableSize, n*den/num*5/4)
 }
 
+// newTable returns an empty table of size slots, rounded up to whole
+// groups.
 func newTable(owners bool, size int) offTable {
-	slots := make([]byte, slotBytes*size)
-	adviseHugePages(slots)
-	t := offTable{slots: slots, size: size, owners: owners}
+	groups := (size + groupSlots - 1) / groupSlots
+	size = groups * groupSlots
+	t := offTable{ctrl: make([]uint64, groups), offs: make([]uint32, size), groups: groups, size: size, owners: owners}
+	if groups > 0 {
+		adviseHugePages(unsafe.Slice((*byte)(unsafe.Pointer(&t.ctrl[0])), 8*groups))
+		adviseHugePages(unsafe.Slice((*byte)(unsafe.Pointer(&t.offs[0])), 4*size))
+	}
 	num, den := t.maxLoad()
 	t.full = size * num / den
+	t.growthLeft = t.full + t.slack()
 	return t
+}
+
+// slack is how many slots tombstones may take past the load bound: at
+// least one, and always leaving a slot empty, so that every probe ends.
+func (t *offTable) slack() int {
+	return min(max(1, t.size/16), t.size-t.full-1)
 }
 
 // hugeAdviceMin is the smallest allocation advised to use huge pages: two
@@ -794,55 +885,50 @@ const hugeAdviceMin = 4 << 20
 
 func (t *offTable) owner() bool { return t.owners }
 
-func (t *offTable) slot(i int) []byte {
-	p := i * slotBytes
-	return t.slots[p : p+slotBytes : p+slotBytes]
+// bytes is the memory of t's slots.
+func (t *offTable) bytes() int { return t.size * slotBytes }
+
+func (t *offTable) off(i int) uint32 { return t.offs[i] }
+
+// ctrlAt returns the control byte of slot i.
+func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.ctrl[i/groupSlots] >> (i % groupSlots * 8)) }
+
+// setCtrl sets the control byte of slot i.
+func (t *offTable) setCtrl(i int, b uint64) {
+	w, sh := &t.ctrl[i/groupSlots], uint(i%groupSlots*8)
+	*w = *w&^(0xff<<sh) | b<<sh
 }
 
-func (t *offTable) off(i int) uint32 { return binary.LittleEndian.Uint32(t.slot(i)) }
-
-// set fills slot i.
-func (t *offTable) set(i int, off uint32, d int, tag uint8) {
-	s := t.slot(i)
-	binary.LittleEndian.PutUint32(s, off)
-	s[4] = uint8(min(d, 255))
-	s[5] = tag
-}
-
-// A slot as a word: the offset in the low 32 bits, the distance in the
-// next 8, the tag in the 8 above.
-const (
-	distOne  = 1 << 32
-	distMask = 0xff << 32
-)
-
-// word returns slot i as a word.
-func (t *offTable) word(i int) uint64 { return slotWord(t.slot(i)) }
-
-// slotWord returns the slot s as a word.
-func slotWord(s []byte) uint64 {
-	return uint64(binary.LittleEndian.Uint32(s)) | uint64(binary.LittleEndian.Uint16(s[4:]))<<32
-}
-
-// setSlotWord fills the slot s from a word.
-func setSlotWord(s []byte, w uint64) {
-	binary.LittleEndian.PutUint32(s, uint32(w))
-	binary.LittleEndian.PutUint16(s[4:], uint16(w>>32))
-}
-
-func (t *offTable) next(i int) int {
-	if i++; i == t.size {
+// nextGroup returns the group after g, wrapping around the end.
+func (t *offTable) nextGroup(g int) int {
+	if g++; g == t.groups {
 		return 0
 	}
-	return i
+	return g
 }
 
-// reserve makes room in t for one more entry.
+// fill puts the entry at off, whose fragment is f, in the free slot i.
+func (t *offTable) fill(i int, f uint64, off uint32) {
+	w, sh := &t.ctrl[i/groupSlots], uint(i%groupSlots*8)
+	if uint8(*w>>sh) == ctrlEmpty {
+		t.growthLeft--
+	}
+	*w = *w&^(0xff<<sh) | f<<sh
+	t.offs[i] = off
+	t.n++
+}
+
+// reserve makes room in t for one more entry: a rebuild at the same size
+// if tombstones took the room, a growth by a quarter at the load bound.
 func (r *records) reserve(t *offTable) {
-	if t.n < t.full { // that is, (n+1)/size <= num/den
+	if t.n < t.full && t.growthLeft > 0 {
 		return
 	}
-	r.rehash(t, max(minTableSize, t.size+t.size/4))
+	size := t.size
+	if t.n >= t.full { // that is, (n+1)/size > num/den
+		size = max(minTableSize, size+size/4)
+	}
+	r.rehash(t, size)
 }
 
 // rehash moves the entries of t to a new table of size slots. Finding an
@@ -868,13 +954,9 @@ func (r *records) rehash(t *offTable, size int) {
 			}
 			for p < len(c) {
 				f := parseBytes(c[p:], r.base)
-				if t.owner() || (len(f.key) == 16) == (t == &r.v6) {
+				if (len(f.key) == 16) == (t == &r.v6) {
 					offs[n] = uint32(ci)<<chunkBits | uint32(p)
-					if t.owner() {
-						hs[n] = r.ownerHash(f.sid, f.name)
-					} else {
-						hs[n] = r.addrHash(f.key)
-					}
+					hs[n] = r.addrHash(f.key)
 					if n++; n == len(offs) {
 						r.insertBatch(t, hs[:], offs[:])
 						n = 0
@@ -897,8 +979,8 @@ func (r *records) rehash(t *offTable, size int) {
 		r.insertBatch(t, hs[:n], offs[:n])
 		n = 0
 	}
-	for i := range old.size {
-		if off := old.off(i); off != 0 {
+	for _, off := range old.offs {
+		if off != 0 {
 			offs[n] = off
 			if n++; n == len(offs) {
 				flush()
@@ -908,87 +990,33 @@ func (r *records) rehash(t *offTable, size int) {
 	flush()
 }
 
+// home returns the home group of hash h in t.
 func (r *records) home(t *offTable, h uint64) int {
-	hi, _ := bits.Mul64(h, uint64(t.size))
+	hi, _ := bits.Mul64(h, uint64(t.groups))
 	return int(hi)
 }
 
-// dist is the distance of the entry in slot i from its home.
-func (r *records) dist(t *offTable, i int) int { return r.slotDist(t, i, t.slot(i)) }
-
-// slotDist is dist for a probe loop that has slot i as s already: small
-// enough to inline, as a call per probed slot costs more than the probe,
-// it reads the distance byte and calls trueDist only when it is saturated.
-func (r *records) slotDist(t *offTable, i int, s []byte) int {
-	if d := s[4]; d < 255 {
-		return int(d)
-	}
-	return r.trueDist(t, i)
-}
-
-// trueDist is the distance of the entry in slot i from its home, found
-// from its hash: for a saturated distance byte.
-func (r *records) trueDist(t *offTable, i int) int {
-	h := r.home(t, r.entryHash(t, t.off(i)))
-	if i < h {
-		i += t.size
-	}
-	return i - h
-}
-
-// insert adds the entry at off, whose hash is h, to t, which has room.
-//
-// Robin Hood: the entry goes before the first entry nearer its home than
-// it would be there, and that entry and the ones after it, up to a free
-// slot, move one slot on, keeping their order by home slot.
+// insert adds the entry at off, whose hash is h, to t, which has room and
+// does not hold it: in the first free slot from its home group on.
 func (r *records) insert(t *offTable, h uint64, off uint32) {
-	i, d, tag := r.home(t, h), 0, uint8(h)
+	g := r.home(t, h)
 	for {
-		s := t.slot(i)
-		if binary.LittleEndian.Uint32(s) == 0 {
-			t.set(i, off, d, tag)
-			t.n++
+		if m := matchFree(t.ctrl[g]); m != 0 {
+			t.fill(firstSlot(g, m), fragment(h), off)
 			return
 		}
-		rd := r.slotDist(t, i, s)
-		if rd < d {
-			break
-		}
-		i = t.next(i)
-		d++
-	}
-	t.shiftIn(i, off, d, tag)
-}
-
-// shiftIn puts the entry (off, d, tag) in slot i, where a probe for it
-// stopped, and moves the entries from there up to a free slot one slot on,
-// one farther from home (a saturated distance stays so), slot by slot: the
-// run is mostly a few slots, shorter than a memmove's setup, and the loop
-// wraps around the end like any probe.
-func (t *offTable) shiftIn(i int, off uint32, d int, tag uint8) {
-	moved := t.word(i)
-	t.set(i, off, d, tag)
-	t.n++
-	for uint32(moved) != 0 {
-		i = t.next(i)
-		s := t.slot(i)
-		cur := slotWord(s)
-		if moved&distMask != distMask {
-			moved += distOne
-		}
-		setSlotWord(s, moved)
-		moved = cur
+		g = t.nextGroup(g)
 	}
 }
 
 // insertBatch inserts offs[k] under hash hs[k] into t, first loading the
-// home slots all at once (see arena.touch).
+// home control words all at once (see arena.touch).
 func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
-	var x byte
+	var x uint64
 	for _, h := range hs {
-		x |= t.slots[r.home(t, h)*slotBytes]
+		x |= t.ctrl[r.home(t, h)]
 	}
-	r.arena.sink |= x
+	r.arena.sink |= byte(x)
 	for k, h := range hs {
 		r.insert(t, h, offs[k])
 	}
@@ -1019,20 +1047,13 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		lo = uint64(binary.BigEndian.Uint32(k[:]))
 		h = r.addrHash4(lo)
 	}
-	i, tag := r.home(t, h), uint8(h)
-	for d := 0; ; d++ {
-		s := t.slot(i)
-		off := binary.LittleEndian.Uint32(s)
-		if off == 0 {
-			return -1
-		}
-		rd := r.slotDist(t, i, s)
-		if rd < d {
-			return -1
-		}
-		if rd == d && s[5] == tag { // same home and tag: maybe a's
+	g, f := r.home(t, h), fragment(h)
+	for {
+		c := t.ctrl[g]
+		for m := matchFragment(c, f); m != 0; m &= m - 1 {
+			i := firstSlot(g, m)
 			// The entry's key follows its header, mostly one byte.
-			b, p := r.arena.bytes(off), 1
+			b, p := r.arena.bytes(t.offs[i]), 1
 			if b[0] >= 0x80 {
 				_, p = uvarintLong(b, 0)
 			}
@@ -1041,37 +1062,23 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 				return i
 			}
 		}
-		i = t.next(i)
+		if matchEmpty(c) != 0 {
+			return -1
+		}
+		g = t.nextGroup(g)
 	}
 }
 
-// removeAt empties slot i of t, shifting the entries after it back: those
-// up to a free slot or an entry at its home move back one slot, one nearer
-// home, slot by slot (mostly none or a few; a free slot is all zeros,
-// distance included), wrapping around the end like a probe.
+// removeAt empties slot i of t: an empty slot if its group holds one
+// already (no probe went past the group), else a tombstone.
 func (r *records) removeAt(t *offTable, i int) {
-	// Mostly nothing moves: the next slot is free or its entry at home.
-	if t.slots[t.next(i)*slotBytes+4] == 0 {
-		clear(t.slot(i))
-		t.n--
-		return
+	b := uint64(ctrlDeleted)
+	if matchEmpty(t.ctrl[i/groupSlots]) != 0 {
+		b = ctrlEmpty
+		t.growthLeft++
 	}
-	to := t.slot(i)
-	for {
-		i = t.next(i)
-		s := t.slot(i)
-		d := s[4]
-		if d == 0 {
-			break
-		}
-		w := slotWord(s)
-		if d < 255 || r.trueDist(t, i) == 255 { // else it stays saturated
-			w -= distOne
-		}
-		setSlotWord(to, w)
-		to = s
-	}
-	setSlotWord(to, 0)
+	t.setCtrl(i, b)
+	t.offs[i] = 0
 	t.n--
 }
 

@@ -99,38 +99,52 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 	checkOwnersOf(t, r, model, recordsOwners)
 }
 
-// checkTable checks the Robin Hood invariants of tb: every slot's distance
-// byte and tag agree with its entry's hash, and along a run no entry is
-// more than one slot farther from home than the one before it (entries are
-// ordered by home), so lookups may stop early. A free slot is all zeros:
-// removeAt reads a distance byte of 0 as "nothing to shift" without
-// looking at the offset.
+// checkTable checks the invariants of tb: a control byte is full exactly
+// when its slot's offset is not 0, and then it is the fragment of its
+// entry's hash; every entry is found by a probe from its home group, that
+// is, no group before its own along the probe holds an empty slot;
+// growthLeft is the load bound and slack less the entries and tombstones,
+// which leave an empty slot in the table.
 func checkTable(t interface{ Fatalf(string, ...any) }, r *records, tb *offTable) {
-	n := 0
+	if tb.size != tb.groups*groupSlots || len(tb.ctrl) != tb.groups || len(tb.offs) != tb.size {
+		t.Fatalf("%d groups, %d slots, %d control words, %d offsets", tb.groups, tb.size, len(tb.ctrl), len(tb.offs))
+	}
+	n, dead := 0, 0
 	for i := range tb.size {
-		off := tb.off(i)
-		if off == 0 {
-			if s := tb.slot(i); s[4] != 0 || s[5] != 0 {
-				t.Fatalf("free slot %d holds distance %d, tag %d", i, s[4], s[5])
-			}
+		c, off := tb.ctrlAt(i), tb.off(i)
+		if (c&ctrlFull != 0) != (off != 0) {
+			t.Fatalf("slot %d: control byte %#x, offset %d", i, c, off)
+		}
+		switch {
+		case c == ctrlDeleted:
+			dead++
 			continue
+		case c == ctrlEmpty:
+			continue
+		case c&ctrlFull == 0:
+			t.Fatalf("slot %d: control byte %#x is neither empty, deleted nor full", i, c)
 		}
 		n++
 		h := r.entryHash(tb, off)
-		d := i - r.home(tb, h)
-		if d < 0 {
-			d += tb.size
+		if uint64(c) != fragment(h) {
+			t.Fatalf("slot %d: control byte %#x, fragment %#x", i, c, fragment(h))
 		}
-		s := tb.slot(i)
-		if int(s[4]) != min(d, 255) || s[5] != uint8(h) {
-			t.Fatalf("slot %d: distance %d tag %d, want %d %d", i, s[4], s[5], min(d, 255), uint8(h))
-		}
-		if prev := (i + tb.size - 1) % tb.size; tb.off(prev) != 0 && d > r.dist(tb, prev)+1 {
-			t.Fatalf("slot %d: distance %d after %d", i, d, r.dist(tb, prev))
+		for g := r.home(tb, h); g != i/groupSlots; g = tb.nextGroup(g) {
+			if matchEmpty(tb.ctrl[g]) != 0 {
+				t.Fatalf("slot %d: group %d, between its home %d and it, has an empty slot", i, g, r.home(tb, h))
+			}
 		}
 	}
 	if n != tb.n {
 		t.Fatalf("%d entries, count %d", n, tb.n)
+	}
+	if tb.size > 0 {
+		if want := tb.full + tb.slack() - n - dead; tb.growthLeft != want || tb.growthLeft < 0 || n > tb.full {
+			t.Fatalf("growthLeft %d, want %d (bound %d, slack %d, %d entries, %d tombstones)", tb.growthLeft, want, tb.full, tb.slack(), n, dead)
+		}
+		if n+dead >= tb.size {
+			t.Fatalf("%d entries and %d tombstones leave no empty slot of %d", n, dead, tb.size)
+		}
 	}
 }
 
@@ -680,7 +694,7 @@ type ownerKey0 struct {
 }
 
 // The owner hash of distinct owners differs, and similar owners spread over
-// the home slots of a small table and over the tags, within twice their
+// the home groups of a small table and over the fragments, within twice their
 // share and some: the tables' probe lengths assume as much. (For a sound
 // hash, a 64-bit collision among these few thousand owners has a chance
 // of about 1e-12, and the bound below is over 6 standard deviations.)
@@ -692,7 +706,7 @@ func TestOwnerHashSpreadsSimilarOwners(t *testing.T) {
 		seen := map[uint64]ownerKey0{}
 		for name, keys := range groups {
 			var homes, tags [buckets]int
-			small := offTable{size: buckets}
+			small := offTable{groups: buckets}
 			for _, k := range keys {
 				h := r.ownerHash(k.sid, k.name)
 				if other, dup := seen[h]; dup {
@@ -703,14 +717,14 @@ func TestOwnerHashSpreadsSimilarOwners(t *testing.T) {
 					t.Fatalf("%q hashes to %#x, then %#x", k.name, h, again)
 				}
 				homes[r.home(&small, h)]++
-				tags[uint8(h)%buckets]++
+				tags[fragment(h)%buckets]++
 			}
 			share := float64(len(keys)) / buckets
 			bound := int(2*share + 3*math.Sqrt(share))
 			for _, spread := range []struct {
 				what   string
 				counts [buckets]int
-			}{{"home slot", homes}, {"tag", tags}} {
+			}{{"home group", homes}, {"fragment", tags}} {
 				if most := slices.Max(spread.counts[:]); most > bound {
 					t.Errorf("%s: %d of %d owners share a %s of %d, over %d: %v", name, most, len(keys), spread.what, buckets, bound, spread.counts)
 				}

@@ -9,49 +9,57 @@ import (
 	"github.com/netipam/netipam/ipaddress"
 )
 
-// TestTablesWrapAndSaturate puts records whose address and owner hashes all
-// have their home in the last slots of tables of a fixed size, so that one
-// run of full slots wraps around the end and holds distances past 255
-// (saturated bytes), then deletes them in random order, putting some back
-// on the way. The random data of the model tests rarely makes either:
-// every probe, move and shift path that handles them is checked here
-// against the table invariants and a map.
-func TestTablesWrapAndSaturate(t *testing.T) {
-	const size, n, low, near = 1024, 300, 265, 4
+// wrapMask keeps 3 high bits of every hash, so there are 8 home groups
+// (the last one 7/8 of the way through a table), and the 7 bits of the
+// fragment: forced collisions whose fragments still differ.
+const wrapMask = 0xe000_0000_0000_007f
+
+// TestTablesWrapAndReuseTombstones puts records whose address and owner
+// hashes have their home in group 7/8 of tables of a fixed size, so that
+// their probes run through the full groups to the end and wrap around to
+// the first ones, then records whose home is group 0, which probe past
+// the wrapped ones; it then deletes them in random order, which leaves
+// tombstones in the full groups, and puts some back, which reuse them.
+// Every step is checked against the table invariants and a map.
+func TestTablesWrapAndReuseTombstones(t *testing.T) {
+	const size, atLast, atFirst = 512, 180, 40
+	const groups = size / groupSlots
+	const last = groups * 7 / 8
 	for _, v6 := range []bool{false, true} {
 		r := newRecords()
-		r.seed, r.ownerKeys = 1, [2]uint64{2, 3}
+		r.seed, r.ownerKeys, r.mask = 1, [2]uint64{2, 3}, wrapMask
 		tb := r.table(benchAddr(v6, 0))
 		*tb = newTable(false, size)
 		r.owners = newTable(true, size)
 		sid := r.scopeID(ipaddress.ParentRef{Resource: "services", Namespace: "wrap"})
 
-		// Most have their home at size-near, the others after it: the
-		// others are put last, so they probe past saturated entries that
-		// are farther from home than they are, and must go after them.
-		var atLow, after []netip.Addr
-		for i := 0; len(atLow) < low || len(after) < n-low; i++ {
-			a := benchAddr(v6, i)
-			_, kb, kn := entryKey(a, 0)
-			switch home := r.home(tb, r.addrHash(kb[:kn])); {
-			case home == size-near && len(atLow) < low:
-				atLow = append(atLow, a)
-			case home > size-near && len(after) < n-low:
-				after = append(after, a)
+		pick := func(home func(i int) int) []int {
+			var lastOnes, firstOnes []int
+			for i := 0; len(lastOnes) < atLast || len(firstOnes) < atFirst; i++ {
+				switch g := home(i); {
+				case g == last && len(lastOnes) < atLast:
+					lastOnes = append(lastOnes, i)
+				case g == 0 && len(firstOnes) < atFirst:
+					firstOnes = append(firstOnes, i)
+				}
 			}
+			return append(lastOnes, firstOnes...)
 		}
-		addrs := append(atLow, after...)
-		var ownersAtLow, ownersAfter []ipaddress.ParentRef
-		for i := 0; len(ownersAtLow) < low || len(ownersAfter) < n-low; i++ {
-			p := ipaddress.ParentRef{Resource: "services", Namespace: "wrap", Name: fmt.Sprint("owner-", i)}
-			switch home := r.home(&r.owners, r.ownerHash(sid, p.Name)); {
-			case home == size-near && len(ownersAtLow) < low:
-				ownersAtLow = append(ownersAtLow, p)
-			case home > size-near && len(ownersAfter) < n-low:
-				ownersAfter = append(ownersAfter, p)
-			}
+		var addrs []netip.Addr
+		for _, i := range pick(func(i int) int {
+			_, kb, kn := entryKey(benchAddr(v6, i), 0)
+			return r.home(tb, r.addrHash(kb[:kn]))
+		}) {
+			addrs = append(addrs, benchAddr(v6, i))
 		}
-		owners := append(ownersAtLow, ownersAfter...)
+		ownerOfIndex := func(i int) ipaddress.ParentRef {
+			return ipaddress.ParentRef{Resource: "services", Namespace: "wrap", Name: fmt.Sprint("owner-", i)}
+		}
+		var owners []ipaddress.ParentRef
+		for _, i := range pick(func(i int) int { return r.home(&r.owners, r.ownerHash(sid, ownerOfIndex(i).Name)) }) {
+			owners = append(owners, ownerOfIndex(i))
+		}
+		n := len(addrs)
 
 		model := map[netip.Addr]ipaddress.IPAddress{}
 		rev := int64(0)
@@ -63,71 +71,127 @@ func TestTablesWrapAndSaturate(t *testing.T) {
 		for k := range n {
 			put(k)
 		}
-		// The last owner, whose slot is past saturated ones, takes two
-		// more records: one more slot in the table, then one in more.
-		heavy := owners[n-1]
-		extra := []netip.Addr{benchAddr(v6, 1<<20), benchAddr(v6, 1<<20+1)}
-		for _, a := range extra {
-			rev++
-			r.put(a, heavy, 1700000000, rev)
-			model[a] = ipaddress.IPAddress{Addr: a, Parent: heavy, Created: unixTime(1700000000), Revision: rev}
-		}
-		inTable := 0
-		for i := range size {
-			if off := r.owners.off(i); off != 0 {
-				if f := r.parse(off); f.sid == sid && f.name == heavy.Name {
-					inTable++
-				}
-			}
-		}
-		if h := r.ownerHash(sid, heavy.Name); inTable != ownerSlots || len(r.more[h]) != 1 {
-			t.Fatalf("v6 %v: owner of 3 records has %d owner slots and %d in more, want %d and 1", v6, inTable, len(r.more[h]), ownerSlots)
-		}
 		checkRecords(t, r, model)
 		checkOwnersOf(t, r, model, owners)
 		for _, x := range []*offTable{tb, &r.owners} {
 			if x.size != size {
-				t.Fatalf("v6 %v: a table grew to %d slots: the test needs %d", v6, x.size, size)
+				t.Fatalf("v6 %v: a table has %d slots: the test needs %d", v6, x.size, size)
 			}
-			// Slot 0 holds an entry of the wrapped run, and the run holds
-			// saturated distances.
-			if x.slot(0)[4] == 0 || x.slot(n - near - 1)[4] != 255 {
-				t.Fatalf("v6 %v: the run does not wrap and saturate: slot 0 distance %d, slot %d distance %d",
-					v6, x.slot(0)[4], n-near-1, x.slot(n - near - 1)[4])
+			// The run from the last home group wraps: group 0 is full.
+			if matchFree(x.ctrl[0]) != 0 || matchFree(x.ctrl[groups-1]) != 0 {
+				t.Fatalf("v6 %v: the run does not wrap: control words %#x ... %#x", v6, x.ctrl[0], x.ctrl[groups-1])
 			}
 		}
 
+		tombstones := func(x *offTable) int {
+			d := 0
+			for i := range x.size {
+				if x.ctrlAt(i) == ctrlDeleted {
+					d++
+				}
+			}
+			return d
+		}
 		rng := rand.New(rand.NewPCG(3, 4))
 		order := rng.Perm(n)
+		reused := 0
 		for step := 0; step < len(order); step++ {
 			k := order[step]
 			if _, ok := r.delete(addrs[k]); !ok {
 				t.Fatalf("v6 %v: delete(%s) found nothing", v6, addrs[k])
 			}
 			delete(model, addrs[k])
-			if step%3 == 0 && step < n/2 { // some come back, into another place of the run
+			if step%3 == 0 && step < n/2 { // some come back, into a tombstone of the run
+				dead, left := tombstones(tb), tb.growthLeft
 				put(k)
 				order = append(order, k)
+				if tombstones(tb) == dead-1 {
+					reused++
+					if tb.growthLeft != left {
+						t.Fatalf("v6 %v: a put into a tombstone took growthLeft from %d to %d", v6, left, tb.growthLeft)
+					}
+				}
 			}
 			checkTable(t, r, tb)
 			checkTable(t, r, &r.owners)
 			if r.has(addrs[k]) != (model[addrs[k]].Addr.IsValid()) {
 				t.Fatalf("v6 %v: has(%s) after its delete disagrees with the model", v6, addrs[k])
 			}
-			if step%50 == 0 {
+			if step%25 == 0 {
 				checkRecords(t, r, model)
+				checkOwnersOf(t, r, model, owners)
 			}
 		}
-		for _, a := range extra {
-			if _, ok := r.delete(a); !ok {
-				t.Fatalf("v6 %v: delete(%s) found nothing", v6, a)
-			}
-			delete(model, a)
+		if reused < n/12 {
+			t.Fatalf("v6 %v: %d puts reused a tombstone, want most of the %d put back", v6, reused, n/6)
 		}
 		checkRecords(t, r, model)
 		checkOwnersOf(t, r, model, owners)
 		if r.len() != 0 {
 			t.Fatalf("v6 %v: %d records left", v6, r.len())
 		}
+		if tb.size != size || r.owners.size != size {
+			t.Fatalf("v6 %v: tables of %d and %d slots, want %d", v6, tb.size, r.owners.size, size)
+		}
 	}
+}
+
+// TestTablesChurnWithTombstonesKeepsTheirSize releases and allocates at a
+// constant number of records, with forced collisions so that most
+// deletions leave tombstones, for many times the tables' size: the tables
+// are rebuilt at their size now and then, which drops the tombstones, and
+// never grow. (The arena's waste stays under compactAt: no compaction
+// rebuilds the owner table.)
+func TestTablesChurnWithTombstonesKeepsTheirSize(t *testing.T) {
+	const n, rounds = 300, 40
+	r := newRecords()
+	r.mask = wrapMask
+	addr := func(i int) netip.Addr {
+		if i%3 == 0 {
+			return netip.AddrFrom16([16]byte{0xfd, 12: byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
+		}
+		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	owner := func(i int) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Resource: "services", Namespace: "churn", Name: fmt.Sprint("svc-", i)}
+	}
+	model := map[netip.Addr]ipaddress.IPAddress{}
+	put := func(i int) {
+		r.put(addr(i), owner(i), 1700000000, int64(i+1))
+		model[addr(i)] = ipaddress.IPAddress{Addr: addr(i), Parent: owner(i), Created: unixTime(1700000000), Revision: int64(i + 1)}
+	}
+	for i := range n {
+		put(i)
+	}
+	tables := [...]*offTable{&r.v4, &r.v6, &r.owners}
+	var sizes [3]int
+	var ctrls [3]*uint64
+	var rebuilt [3]int
+	for k, tb := range tables {
+		sizes[k], ctrls[k] = tb.size, &tb.ctrl[0]
+	}
+	for i := n; i < n+rounds*n; i++ {
+		if _, ok := r.delete(addr(i - n)); !ok {
+			t.Fatalf("record %d missing", i-n)
+		}
+		delete(model, addr(i-n))
+		put(i)
+		for k, tb := range tables {
+			if tb.size != sizes[k] {
+				t.Fatalf("put %d: table %d went from %d to %d slots at %d records", i, k, sizes[k], tb.size, r.len())
+			}
+			if &tb.ctrl[0] != ctrls[k] {
+				rebuilt[k]++
+				ctrls[k] = &tb.ctrl[0]
+			}
+		}
+		if i%(5*n) == 0 {
+			checkRecords(t, r, model)
+		}
+	}
+	checkRecords(t, r, model)
+	if rebuilt[0] == 0 || rebuilt[2] == 0 {
+		t.Fatalf("rebuilds %v in %d puts and deletes: the test needs tombstones to pile up in the IPv4 and owner tables", rebuilt, rounds*n)
+	}
+	t.Logf("rebuilds at the same size: %v", rebuilt)
 }
