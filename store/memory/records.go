@@ -32,29 +32,34 @@ import (
 // Three hash tables of arena offsets index the entries: v4 and v6 by
 // address, owners by owner (scope and name), one slot per record, so an
 // owner with several addresses (dual-stack, or hundreds) has several slots,
-// all with the same hash. A table slot is the offset (4 bytes), its probe
-// distance (1 byte) and 8 more bits of the hash (a tag, so a lookup reads
-// the arena of almost only the entry it wants): 6 bytes. The owner slot of
-// a record being deleted is found by its offset, without reading the arena.
+// all with the same hash (up to ownerSlots; see more). The tables probe
+// groups of 8 slots, SwissTable's way (see offTable): a slot is its offset
+// (4 bytes) and a control byte that holds 7 more bits of the hash (so a
+// lookup reads the arena of almost only the entry it wants), 5 bytes, and
+// the control bytes of a group are one word, matched all at once. The
+// owner slot of a record being deleted is found by its offset, without
+// reading the arena.
 //
-// The tables are open-addressing Robin Hood tables with linear probing and
-// backward-shift deletion, so there are no tombstones and churn at a
-// constant size leaves them as they were. Their size is any integer, not a
-// power of two (the home slot of a hash h is h*size/2^64), so that growth
-// can be by a quarter: at most a fixed share of the slots are full (half
-// in the address tables, 2/3 in the owner table; see addrLoadNum), and a
-// table that fills grows, all at once, to 5/4 of its size, so the load
-// stays within 4/5 of that bound and the bound whatever the number of
-// records. Growth rehashes every entry, which reads its address or owner
-// from the arena; amortized, that is four entries per insertion. It is done at once, not incrementally: at a
+// A deletion leaves a tombstone in a group with no empty slot, which later
+// inserts reuse; a table at a constant number of entries is rebuilt at its
+// size once tombstones take a fixed share of its slots, so churn neither
+// grows it nor lengthens its probes for good. The number of groups is any
+// integer, not a power of two (the home group of a hash h is
+// h*groups/2^64), so that growth can be by a quarter: at most a fixed
+// share of the slots are full (half in the address tables, 2/3 in the
+// owner table; see addrLoadNum), and a table that fills grows, all at
+// once, to 5/4 of its size, so the load stays within 4/5 of that bound and
+// the bound whatever the number of records. Growth rehashes every entry,
+// which reads its address or owner from the arena; amortized, that is four
+// entries per insertion. It is done at once, not incrementally: at a
 // million records the put that grows a table stalls for 0.1 to 0.2 s (both
 // tables of a family may grow on the same put), in exchange for lookups
 // that look in one table only.
 //
 // Per record, then: its entry, the name plus about 12 bytes for IPv4
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
-// the first, name length 1) and 24 for IPv6, and 6/load bytes of slots in
-// each table, 20 to 25 in all. An owner's records past its second take no
+// the first, name length 1) and 24 for IPv6, and 5/load bytes of slots in
+// each table, 18 to 22 in all. An owner's records past its second take no
 // owner slot but 4 bytes in more and an entry of morePos (about 10 more).
 //
 // Deleting a record turns its entry into waste, which the next entry of the
@@ -416,10 +421,24 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 	if t.size == 0 {
 		r.reserve(t)
 	}
-	g, f, free, n := r.home(t, h), fragment(h), -1, 0
+	// Mostly the home group holds none of the owner's records and has an
+	// empty slot, and the entry goes in its first free one: that case
+	// inlines no walk.
+	g, f := r.home(t, h), fragment(h)
+	if c := t.ctrl[g]; matchFragment(c, f) == 0 && matchEmpty(c) != 0 && t.n < t.full && t.growthLeft > 0 {
+		t.fill(firstSlot(g, matchFree(c)), f, off)
+		return
+	}
+	r.addOwnerWalk(g, h, sid, name, off)
+}
+
+// addOwnerWalk is addOwner past its common case, from the home group g.
+func (r *records) addOwnerWalk(g int, h uint64, sid uint32, name string, off uint32) {
+	t := &r.owners
+	f, free, n := fragment(h), -1, 0
 walk:
 	for {
-		c := t.ctrl[g]
+		c := t.group(g)
 		for m := matchFragment(c, f); m != 0; m &= m - 1 {
 			if fsid, fname, _ := ownerOf(r.arena.bytes(t.offs[firstSlot(g, m)])); fsid == sid && fname == name {
 				if n++; n == ownerSlots {
@@ -459,10 +478,10 @@ func (r *records) dropOwner(h uint64, off uint32) {
 	if t := &r.owners; t.n > 0 {
 		g, f := r.home(t, h), fragment(h)
 		for {
-			c := t.ctrl[g]
+			c := t.group(g)
 			for m := matchFragment(c, f); m != 0; m &= m - 1 {
 				if i := firstSlot(g, m); t.offs[i] == off {
-					r.removeAt(t, i)
+					t.removeAt(i)
 					return
 				}
 			}
@@ -542,7 +561,7 @@ func (r *records) remove(a netip.Addr) bool {
 func (r *records) removeSlot(t *offTable, i int) {
 	off := t.off(i)
 	sid, name, size := ownerOf(r.arena.bytes(off))
-	r.removeAt(t, i)
+	t.removeAt(i)
 	r.dropOwner(r.ownerHash(sid, name), off)
 	r.arena.release(off, size)
 	r.dropScopeRecord(sid)
@@ -574,7 +593,7 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	if t := &r.owners; t.n > 0 {
 		g, f := r.home(t, h), fragment(h)
 		for {
-			c := t.ctrl[g]
+			c := t.group(g)
 			for m := matchFragment(c, f); m != 0; m &= m - 1 {
 				add(t.offs[firstSlot(g, m)]) // maybe p's
 			}
@@ -741,10 +760,12 @@ func (r *records) entryHash(t *offTable, off uint32) uint64 {
 // around the end, and stops after the first group with an empty slot.
 //
 // Two pointer-free arrays hold the slots: offs, the arena offset of each
-// (0 in a free slot: the arena's offset 0 is no entry), and ctrl, one word
-// per group with a control byte per slot (byte j in bits 8j to 8j+7):
-// ctrlEmpty, ctrlDeleted (a tombstone), or ctrlFull plus the low 7 bits of
-// the entry's hash (its fragment). A probe reads one control word per
+// (0 in a free slot: the arena's offset 0 is no entry), and ctrl, one
+// word per group with a control byte per slot (slot j of the group in bits
+// 8j to 8j+7; words, not bytes, so that a probe's load is one bounds check
+// and one instruction on any byte order): ctrlEmpty, ctrlDeleted (a
+// tombstone), or ctrlFull plus the low 7 bits of the entry's hash (its
+// fragment). A probe reads one control word per
 // group and finds the slots whose fragment matches, the empty ones and the
 // free ones all at once with a few word operations (see matchFragment);
 // only the offsets of matching slots are read, and from the arena only
@@ -785,7 +806,8 @@ type offTable struct {
 // Control bytes. An empty slot is 0, not the 0x80 of SwissTable, so that a
 // fresh table is all zeros, as make returns it: a large one is never
 // written before use (the runtime's memory from the kernel is zeroed
-// already), and its pages are touched only as entries arrive.
+// already), and its pages are touched only as entries arrive. A tombstone
+// is 1: the only free byte with its low bit set, which matchEmpty uses.
 const (
 	groupSlots  = 8
 	ctrlEmpty   = 0x00
@@ -793,7 +815,6 @@ const (
 	ctrlFull    = 0x80 // | the fragment, 7 bits of the hash
 
 	lsbs = 0x0101010101010101
-	lows = 0x7f7f7f7f7f7f7f7f
 	msbs = 0x8080808080808080
 )
 
@@ -814,10 +835,10 @@ func matchFragment(c, f uint64) uint64 {
 	return (x - lsbs) &^ x & msbs
 }
 
-// matchEmpty returns the empty slots of control word c, exactly: a byte is
-// 0 when neither its high bit nor, carried into it, any of its low ones is
-// set.
-func matchEmpty(c uint64) uint64 { return ^(c&lows + lows | c) & msbs }
+// matchEmpty returns the empty slots of control word c, exactly: the bytes
+// with neither the high bit (full) nor the low one (deleted) set; c<<7
+// moves each byte's low bit to its high bit.
+func matchEmpty(c uint64) uint64 { return ^(c | c<<7) & msbs }
 
 // matchFree returns the empty and the deleted slots of control word c: the
 // bytes with the high bit clear.
@@ -863,7 +884,7 @@ func newTable(owners bool, size int) offTable {
 	groups := (size + groupSlots - 1) / groupSlots
 	size = groups * groupSlots
 	t := offTable{ctrl: make([]uint64, groups), offs: make([]uint32, size), groups: groups, size: size, owners: owners}
-	if groups > 0 {
+	if size > 0 {
 		adviseHugePages(unsafe.Slice((*byte)(unsafe.Pointer(&t.ctrl[0])), 8*groups))
 		adviseHugePages(unsafe.Slice((*byte)(unsafe.Pointer(&t.offs[0])), 4*size))
 	}
@@ -890,13 +911,12 @@ func (t *offTable) bytes() int { return t.size * slotBytes }
 
 func (t *offTable) off(i int) uint32 { return t.offs[i] }
 
-// ctrlAt returns the control byte of slot i.
-func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.ctrl[i/groupSlots] >> (i % groupSlots * 8)) }
+// group returns the control word of group g.
+func (t *offTable) group(g int) uint64 { return t.ctrl[g] }
 
-// setCtrl sets the control byte of slot i.
-func (t *offTable) setCtrl(i int, b uint64) {
-	w, sh := &t.ctrl[i/groupSlots], uint(i%groupSlots*8)
-	*w = *w&^(0xff<<sh) | b<<sh
+// ctrlAt returns the control byte of slot i.
+func (t *offTable) ctrlAt(i int) uint8 {
+	return uint8(t.ctrl[uint(i)/groupSlots] >> (uint(i) % groupSlots * 8))
 }
 
 // nextGroup returns the group after g, wrapping around the end.
@@ -908,9 +928,10 @@ func (t *offTable) nextGroup(g int) int {
 }
 
 // fill puts the entry at off, whose fragment is f, in the free slot i.
+// (Indexes as uint: the division and shift are then a shift and a mask.)
 func (t *offTable) fill(i int, f uint64, off uint32) {
-	w, sh := &t.ctrl[i/groupSlots], uint(i%groupSlots*8)
-	if uint8(*w>>sh) == ctrlEmpty {
+	w, sh := &t.ctrl[uint(i)/groupSlots], uint(i)%groupSlots*8
+	if *w>>sh&0xff == ctrlEmpty {
 		t.growthLeft--
 	}
 	*w = *w&^(0xff<<sh) | f<<sh
@@ -1001,7 +1022,7 @@ func (r *records) home(t *offTable, h uint64) int {
 func (r *records) insert(t *offTable, h uint64, off uint32) {
 	g := r.home(t, h)
 	for {
-		if m := matchFree(t.ctrl[g]); m != 0 {
+		if m := matchFree(t.group(g)); m != 0 {
 			t.fill(firstSlot(g, m), fragment(h), off)
 			return
 		}
@@ -1049,7 +1070,7 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 	}
 	g, f := r.home(t, h), fragment(h)
 	for {
-		c := t.ctrl[g]
+		c := t.group(g)
 		for m := matchFragment(c, f); m != 0; m &= m - 1 {
 			i := firstSlot(g, m)
 			// The entry's key follows its header, mostly one byte.
@@ -1071,13 +1092,14 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 
 // removeAt empties slot i of t: an empty slot if its group holds one
 // already (no probe went past the group), else a tombstone.
-func (r *records) removeAt(t *offTable, i int) {
-	b := uint64(ctrlDeleted)
-	if matchEmpty(t.ctrl[i/groupSlots]) != 0 {
+func (t *offTable) removeAt(i int) {
+	w, sh := &t.ctrl[uint(i)/groupSlots], uint(i)%groupSlots*8
+	c, b := *w, uint64(ctrlDeleted)
+	if matchEmpty(c) != 0 {
 		b = ctrlEmpty
 		t.growthLeft++
 	}
-	t.setCtrl(i, b)
+	*w = c&^(0xff<<sh) | b<<sh
 	t.offs[i] = 0
 	t.n--
 }

@@ -130,7 +130,7 @@ func checkTable(t interface{ Fatalf(string, ...any) }, r *records, tb *offTable)
 			t.Fatalf("slot %d: control byte %#x, fragment %#x", i, c, fragment(h))
 		}
 		for g := r.home(tb, h); g != i/groupSlots; g = tb.nextGroup(g) {
-			if matchEmpty(tb.ctrl[g]) != 0 {
+			if matchEmpty(tb.group(g)) != 0 {
 				t.Fatalf("slot %d: group %d, between its home %d and it, has an empty slot", i, g, r.home(tb, h))
 			}
 		}

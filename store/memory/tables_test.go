@@ -78,8 +78,8 @@ func TestTablesWrapAndReuseTombstones(t *testing.T) {
 				t.Fatalf("v6 %v: a table has %d slots: the test needs %d", v6, x.size, size)
 			}
 			// The run from the last home group wraps: group 0 is full.
-			if matchFree(x.ctrl[0]) != 0 || matchFree(x.ctrl[groups-1]) != 0 {
-				t.Fatalf("v6 %v: the run does not wrap: control words %#x ... %#x", v6, x.ctrl[0], x.ctrl[groups-1])
+			if matchFree(x.group(0)) != 0 || matchFree(x.group(groups-1)) != 0 {
+				t.Fatalf("v6 %v: the run does not wrap: control words %#x ... %#x", v6, x.group(0), x.group(groups-1))
 			}
 		}
 
