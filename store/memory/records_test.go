@@ -106,8 +106,8 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 // growthLeft is the load bound and slack less the entries and tombstones,
 // which leave an empty slot in the table.
 func checkTable(t interface{ Fatalf(string, ...any) }, r *records, tb *offTable) {
-	if tb.size != tb.groups*groupSlots || len(tb.ctrl) != tb.groups || len(tb.offs) != tb.size {
-		t.Fatalf("%d groups, %d slots, %d control words, %d offsets", tb.groups, tb.size, len(tb.ctrl), len(tb.offs))
+	if tb.size != tb.groups*groupSlots || len(tb.slots) != tb.groups*groupWords {
+		t.Fatalf("%d groups, %d slots, %d words", tb.groups, tb.size, len(tb.slots))
 	}
 	n, dead := 0, 0
 	for i := range tb.size {

@@ -165,10 +165,10 @@ func TestTablesChurnWithTombstonesKeepsTheirSize(t *testing.T) {
 	}
 	tables := [...]*offTable{&r.v4, &r.v6, &r.owners}
 	var sizes [3]int
-	var ctrls [3]*uint64
+	var ctrls [3]*uint32
 	var rebuilt [3]int
 	for k, tb := range tables {
-		sizes[k], ctrls[k] = tb.size, &tb.ctrl[0]
+		sizes[k], ctrls[k] = tb.size, &tb.slots[0]
 	}
 	for i := n; i < n+rounds*n; i++ {
 		if _, ok := r.delete(addr(i - n)); !ok {
@@ -180,9 +180,9 @@ func TestTablesChurnWithTombstonesKeepsTheirSize(t *testing.T) {
 			if tb.size != sizes[k] {
 				t.Fatalf("put %d: table %d went from %d to %d slots at %d records", i, k, sizes[k], tb.size, r.len())
 			}
-			if &tb.ctrl[0] != ctrls[k] {
+			if &tb.slots[0] != ctrls[k] {
 				rebuilt[k]++
-				ctrls[k] = &tb.ctrl[0]
+				ctrls[k] = &tb.slots[0]
 			}
 		}
 		if i%(5*n) == 0 {
