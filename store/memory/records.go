@@ -426,9 +426,11 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 	// empty slot, and the entry goes in its first free one: that case
 	// inlines no walk.
 	g, f := r.home(t, h), fragment(h)
-	if c := t.group(g); matchFragment(c, f) == 0 && matchEmpty(c) != 0 && t.n < t.full && t.growthLeft > 0 {
-		t.fill(firstSlot(g, matchFree(c)), f, off)
-		return
+	if p := t.grp(uint(g)); t.n < t.full && t.growthLeft > 0 {
+		if c := ctrlOf(p); matchFragment(c, f) == 0 && matchEmpty(c) != 0 {
+			t.fillIn(p, slotOf(matchFree(c)), f, off)
+			return
+		}
 	}
 	r.addOwnerWalk(g, h, sid, name, off)
 }
@@ -479,10 +481,11 @@ func (r *records) dropOwner(h uint64, off uint32) {
 	if t := &r.owners; t.n > 0 {
 		g, f := r.home(t, h), fragment(h)
 		for {
-			c := t.group(g)
+			p := t.grp(uint(g))
+			c := ctrlOf(p)
 			for m := matchFragment(c, f); m != 0; m &= m - 1 {
-				if i := firstSlot(g, m); t.off(i) == off {
-					t.removeAt(i)
+				if j := slotOf(m); p[2+j] == off {
+					t.removeAt(g*groupSlots + int(j))
 					return
 				}
 			}
@@ -851,7 +854,12 @@ func matchFree(c uint64) uint64 { return ^c & msbs }
 
 // firstSlot returns the slot of group g that the lowest byte set in a
 // match names.
-func firstSlot(g int, m uint64) int { return g*groupSlots + bits.TrailingZeros64(m)>>3 }
+func firstSlot(g int, m uint64) int { return g*groupSlots + int(slotOf(m)) }
+
+// slotOf returns the index in its group of the slot that the lowest byte
+// set in a match names (masked, so that indexing a group with it needs no
+// bounds check).
+func slotOf(m uint64) uint { return uint(bits.TrailingZeros64(m)>>3) & (groupSlots - 1) }
 
 // Load bounds: an address table holds at most half as many entries as it
 // has slots, the owner table two thirds, and a table that reaches its
@@ -957,7 +965,11 @@ func (t *offTable) nextGroup(g int) int {
 
 // fill puts the entry at off, whose fragment is f, in the free slot i.
 func (t *offTable) fill(i int, f uint64, off uint32) {
-	p, j := t.grp(uint(i)/groupSlots), uint(i)%groupSlots
+	t.fillIn(t.grp(uint(i)/groupSlots), uint(i)%groupSlots, f, off)
+}
+
+// fillIn is fill of slot j of group p.
+func (t *offTable) fillIn(p *[groupWords]uint32, j uint, f uint64, off uint32) {
 	w, sh := &p[j/4%2], j%4*8
 	if *w>>sh&0xff == ctrlEmpty {
 		t.growthLeft--
@@ -1050,8 +1062,8 @@ func (r *records) home(t *offTable, h uint64) int {
 func (r *records) insert(t *offTable, h uint64, off uint32) {
 	g := r.home(t, h)
 	for {
-		if m := matchFree(t.group(g)); m != 0 {
-			t.fill(firstSlot(g, m), fragment(h), off)
+		if p := t.grp(uint(g)); matchFree(ctrlOf(p)) != 0 {
+			t.fillIn(p, slotOf(matchFree(ctrlOf(p))), fragment(h), off)
 			return
 		}
 		g = t.nextGroup(g)
@@ -1098,17 +1110,18 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 	}
 	g, f := r.home(t, h), fragment(h)
 	for {
-		c := t.group(g)
+		gp := t.grp(uint(g))
+		c := ctrlOf(gp)
 		for m := matchFragment(c, f); m != 0; m &= m - 1 {
-			i := firstSlot(g, m)
+			j := slotOf(m)
 			// The entry's key follows its header, mostly one byte.
-			b, p := r.arena.bytes(t.off(i)), 1
+			b, p := r.arena.bytes(gp[2+j]), 1
 			if b[0] >= 0x80 {
 				_, p = uvarintLong(b, 0)
 			}
 			if is6 && binary.BigEndian.Uint64(b[p:]) == hi && binary.BigEndian.Uint64(b[p+8:]) == lo ||
 				!is6 && uint64(binary.BigEndian.Uint32(b[p:])) == lo {
-				return i
+				return g*groupSlots + int(j)
 			}
 		}
 		if matchEmpty(c) != 0 {
