@@ -485,7 +485,7 @@ func (r *records) dropOwner(h uint64, off uint32) {
 			c := ctrlOf(p)
 			for m := matchFragment(c, f); m != 0; m &= m - 1 {
 				if j := slotOf(m); p[2+j] == off {
-					t.removeAt(g*groupSlots + int(j))
+					t.removeIn(p, j)
 					return
 				}
 			}
@@ -950,12 +950,6 @@ func (t *offTable) setOff(i int, off uint32) { t.grp(uint(i) / groupSlots)[2+uin
 // ctrlAt returns the control byte of slot i.
 func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.group(i/groupSlots) >> (i % groupSlots * 8)) }
 
-// setCtrl sets the control byte of slot j of group p to b.
-func setCtrl(p *[groupWords]uint32, j uint, b uint32) {
-	w, sh := &p[j/4%2], j%4*8
-	*w = *w&^(0xff<<sh) | b<<sh
-}
-
 // nextGroup returns the group after g, wrapping around the end.
 func (t *offTable) nextGroup(g int) int {
 	if g++; g == t.groups {
@@ -1134,15 +1128,17 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 
 // removeAt empties slot i of t: an empty slot if its group holds one
 // already (no probe went past the group), else a tombstone.
-func (t *offTable) removeAt(i int) {
-	p, j := t.grp(uint(i)/groupSlots), uint(i)%groupSlots
-	b := uint32(ctrlDeleted)
-	if matchEmpty(ctrlOf(p)) != 0 {
+func (t *offTable) removeAt(i int) { t.removeIn(t.grp(uint(i)/groupSlots), uint(i)%groupSlots) }
+
+// removeIn is removeAt of slot j of group p.
+func (t *offTable) removeIn(p *[groupWords]uint32, j uint) {
+	c, sh, b := ctrlOf(p), j%groupSlots*8, uint64(ctrlDeleted)
+	if matchEmpty(c) != 0 {
 		b = ctrlEmpty
 		t.growthLeft++
 	}
-	setCtrl(p, j, b)
-	p[2+j] = 0
+	c = c&^(0xff<<sh) | b<<sh
+	p[0], p[1], p[2+j%groupSlots] = uint32(c), uint32(c>>32), 0
 	t.n--
 }
 
