@@ -33,33 +33,31 @@ import (
 // address, owners by owner (scope and name), one slot per record, so an
 // owner with several addresses (dual-stack, or hundreds) has several slots,
 // all with the same hash (up to ownerSlots; see more). The tables probe
-// groups of 8 slots, SwissTable's way (see offTable): a slot is its offset
+// groups of 7 slots, SwissTable's way (see offTable): a slot is its offset
 // (4 bytes) and a control byte that holds 7 more bits of the hash (so a
-// lookup reads the arena of almost only the entry it wants), 5 bytes, and
-// the control bytes of a group are one word, matched all at once. The
-// owner slot of a record being deleted is found by its offset, without
-// reading the arena.
+// lookup reads the arena of almost only the entry it wants), and the
+// control bytes of a group are one word, matched all at once; the word's
+// eighth byte counts the entries that probed past the group, so that a
+// deletion leaves no tombstone (F14's way). The owner slot of a record
+// being deleted is found by its offset, without reading the arena.
 //
-// A deletion leaves a tombstone in a group with no empty slot, which later
-// inserts reuse; a table at a constant number of entries is rebuilt at its
-// size once tombstones take a fixed share of its slots, so churn neither
-// grows it nor lengthens its probes for good. The number of groups is any
-// integer, not a power of two (the home group of a hash h is
-// h*groups/2^64), so that growth can be by a quarter: at most a fixed
-// share of the slots are full (half in the address tables, 2/3 in the
-// owner table; see addrLoadNum), and a table that fills grows, all at
-// once, to 5/4 of its size, so the load stays within 4/5 of that bound and
-// the bound whatever the number of records. Growth rehashes every entry,
-// which reads its address or owner from the arena; amortized, that is four
-// entries per insertion. It is done at once, not incrementally: at a
-// million records the put that grows a table stalls for 0.1 to 0.2 s (both
-// tables of a family may grow on the same put), in exchange for lookups
-// that look in one table only.
+// The number of groups is any integer, not a power of two (the home group
+// of a hash h is h*groups/2^64), so that growth can be by a quarter: at
+// most a fixed share of the slots are full (half in the address tables,
+// 2/3 in the owner table; see addrLoadNum), and a table that fills grows,
+// all at once, to 5/4 of its size, so the load stays within 4/5 of that
+// bound and the bound whatever the number of records. Growth rehashes
+// every entry, which reads its address or owner from the arena;
+// amortized, that is four entries per insertion. It is done at once, not
+// incrementally: at a million records the put that grows a table stalls
+// for 0.1 to 0.2 s (both tables of a family may grow on the same put), in
+// exchange for lookups that look in one table only. Churn at a constant
+// number of records never rehashes.
 //
 // Per record, then: its entry, the name plus about 12 bytes for IPv4
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
-// the first, name length 1) and 24 for IPv6, and 5/load bytes of slots in
-// each table, 18 to 22 in all. An owner's records past its second take no
+// the first, name length 1) and 24 for IPv6, and 40/7/load bytes of slots
+// in each table (a group is 40 bytes), 20 to 25 in all. An owner's records past its second take no
 // owner slot but 4 bytes in more and an entry of morePos (about 10 more).
 //
 // Deleting a record turns its entry into waste, which the next entry of the
@@ -422,25 +420,27 @@ func (r *records) addOwner(h uint64, sid uint32, name string, off uint32) {
 	if t.size == 0 {
 		r.reserve(t)
 	}
-	// Mostly the home group holds none of the owner's records and has an
-	// empty slot, and the entry goes in its first free one: that case
-	// inlines no walk.
+	// Mostly the home group holds none of the owner's records, nothing
+	// homed there went further, and it has an empty slot, where the entry
+	// goes: that case inlines no walk.
 	g, f := r.home(t, h), fragment(h)
-	if p := t.grp(uint(g)); t.n < t.full && t.growthLeft > 0 {
-		if c := ctrlOf(p); matchFragment(c, f) == 0 && matchEmpty(c) != 0 {
-			t.fillIn(p, slotOf(matchFree(c)), f, off)
+	if p := t.grp(uint(g)); t.n < t.full {
+		if c := ctrlOf(p); matchFragment(c, f) == 0 && overflowOf(c) == 0 && matchEmpty(c) != 0 {
+			t.fillIn(p, slotOf(matchEmpty(c)), f, off)
 			return
 		}
 	}
 	r.addOwnerWalk(g, h, sid, name, off)
 }
 
-// addOwnerWalk is addOwner past its common case, from the home group g.
+// addOwnerWalk is addOwner past its common case, from the home group g:
+// a lookup's walk counts the owner's slots, then an insert puts the entry
+// in the first empty slot from home.
 func (r *records) addOwnerWalk(g int, h uint64, sid uint32, name string, off uint32) {
 	t := &r.owners
-	f, free, n := fragment(h), -1, 0
+	f, n := fragment(h), 0
 walk:
-	for {
+	for range t.groups {
 		c := t.group(g)
 		for m := matchFragment(c, f); m != 0; m &= m - 1 {
 			if fsid, fname, _ := ownerOf(r.arena.bytes(t.off(firstSlot(g, m)))); fsid == sid && fname == name {
@@ -449,27 +449,19 @@ walk:
 				}
 			}
 		}
-		if free < 0 {
-			if m := matchFree(c); m != 0 {
-				free = firstSlot(g, m)
-			}
-		}
-		if matchEmpty(c) != 0 {
+		if overflowOf(c) == 0 {
 			break
 		}
 		g = t.nextGroup(g)
 	}
-	switch {
-	case n >= ownerSlots:
+	if n >= ownerSlots {
 		more := r.more[h]
 		r.morePos[off] = uint32(len(more))
 		r.more[h] = append(more, off)
-	case t.n >= t.full || t.growthLeft == 0: // a rebuild: the entry's place moves
-		r.reserve(t)
-		r.insert(t, h, off)
-	default:
-		t.fill(free, f, off)
+		return
 	}
+	r.reserve(t)
+	r.insert(t, h, off)
 }
 
 // dropOwner removes the entry at off, whose owner hash is h, from the
@@ -479,17 +471,18 @@ func (r *records) dropOwner(h uint64, off uint32) {
 	// The owner table holds the entry if a probe for h meets off: an
 	// offset names one entry, so the arena is not read.
 	if t := &r.owners; t.n > 0 {
-		g, f := r.home(t, h), fragment(h)
-		for {
+		home, f := r.home(t, h), fragment(h)
+		g := home
+		for range t.groups {
 			p := t.grp(uint(g))
 			c := ctrlOf(p)
 			for m := matchFragment(c, f); m != 0; m &= m - 1 {
 				if j := slotOf(m); p[2+j] == off {
-					t.removeIn(p, j)
+					t.removeIn(p, j, g, home)
 					return
 				}
 			}
-			if matchEmpty(c) != 0 {
+			if overflowOf(c) == 0 {
 				break // in more
 			}
 			g = t.nextGroup(g)
@@ -540,32 +533,32 @@ func (r *records) recordOf(a netip.Addr, f fields) ipaddress.IPAddress {
 // delete removes the record of a and returns it.
 func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 	t := r.table(a)
-	i := r.find(t, a)
+	i, h := r.findHashed(t, a)
 	if i < 0 {
 		return ipaddress.IPAddress{}, false
 	}
 	rec := r.recordOf(a, r.parse(t.off(i)))
-	r.removeSlot(t, i)
+	r.removeSlot(t, i, h)
 	return rec, true
 }
 
 // remove removes the record of a, reporting whether there was one.
 func (r *records) remove(a netip.Addr) bool {
 	t := r.table(a)
-	i := r.find(t, a)
+	i, h := r.findHashed(t, a)
 	if i < 0 {
 		return false
 	}
-	r.removeSlot(t, i)
+	r.removeSlot(t, i, h)
 	return true
 }
 
-// removeSlot removes the record in slot i of t, its owner slot and its
-// entry.
-func (r *records) removeSlot(t *offTable, i int) {
+// removeSlot removes the record in slot i of t, whose address hash is h,
+// its owner slot and its entry.
+func (r *records) removeSlot(t *offTable, i int, h uint64) {
 	off := t.off(i)
 	sid, name, size := ownerOf(r.arena.bytes(off))
-	t.removeAt(i)
+	r.removeAt(t, i, h)
 	r.dropOwner(r.ownerHash(sid, name), off)
 	r.arena.release(off, size)
 	r.dropScopeRecord(sid)
@@ -596,12 +589,12 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	// The table may hold none of p's records while more still does.
 	if t := &r.owners; t.n > 0 {
 		g, f := r.home(t, h), fragment(h)
-		for {
+		for range t.groups {
 			c := t.group(g)
 			for m := matchFragment(c, f); m != 0; m &= m - 1 {
 				add(t.off(firstSlot(g, m))) // maybe p's
 			}
-			if matchEmpty(c) != 0 {
+			if overflowOf(c) == 0 {
 				break
 			}
 			g = t.nextGroup(g)
@@ -616,7 +609,7 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 // all calls fn for every record, in no order.
 func (r *records) all(fn func(netip.Addr, entry)) {
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {
-		for i := range t.size {
+		for i := range t.span() {
 			if off := t.off(i); off != 0 {
 				fn(r.parse(off).addr(), entry{off})
 			}
@@ -648,9 +641,9 @@ func (r *records) compact() {
 			src = &cp
 			*t = newTable(false, small)
 		}
-		for i := 0; i < src.size; {
+		for i := 0; i < src.span(); {
 			n := 0
-			for ; i < src.size && n < len(slots); i++ {
+			for ; i < src.span() && n < len(slots); i++ {
 				if off := src.off(i); off != 0 {
 					slots[n], offs[n] = i, off
 					n++
@@ -756,78 +749,77 @@ func (r *records) entryHash(t *offTable, off uint32) uint64 {
 // Tables.
 
 // offTable is a hash table of arena offsets probed a group of slots at a
-// time, in the manner of SwissTable. Its slots come in groups of
-// groupSlots; slot i is slot i%8 of group i/8, and slot indexes are what
-// find returns and removeAt takes. The home group of a hash h is the high
-// word of h*groups, so the number of groups is any integer and a table
-// grows by a quarter. A probe visits the groups from home on, wrapping
-// around the end, and stops after the first group with an empty slot.
+// time, in the manner of SwissTable, with F14's overflow counts in place
+// of tombstones. Its slots come in groups of groupSlots; slot index i is
+// slot i%8 of group i/8 (i%8 below groupSlots, so that indexes divide by
+// shifting), and slot indexes are what find returns and removeAt takes.
+// The home group of a hash h is the high word of h*groups, so the number
+// of groups is any integer and a table grows by a quarter. A probe visits
+// the groups from home on, wrapping around the end, and stops after the
+// first group whose overflow count is 0.
 //
 // One pointer-free array, slots, holds the groups, groupWords uint32s
-// each (40 bytes): the group's control word, a control byte per slot (slot
-// j in bits 8j to 8j+7 of the word, the low half first), then the arena
-// offset of each slot (0 in a free slot: the arena's offset 0 is no
-// entry). A control byte is ctrlEmpty, ctrlDeleted (a tombstone), or
-// ctrlFull plus the low 7 bits of the entry's hash (its fragment). A probe
-// reads one control word per group and finds the slots whose fragment
-// matches, the empty ones and the free ones all at once with a few word
+// each (40 bytes): the group's control word (byte j for slot j, the low
+// half first), then the arena offsets of its slots (0 in an empty slot:
+// the arena's offset 0 is no entry; the eighth is never used). A slot's
+// control byte is ctrlEmpty or ctrlFull plus the low 7 bits of the entry's
+// hash (its fragment); the word's top byte is the group's overflow count.
+// A probe reads one control word per group and finds the slots whose
+// fragment matches, or the empty ones, all at once with a few word
 // operations (see matchFragment); only the offsets of matching slots are
 // read, and from the arena only their entries (1 in 128 of the others
-// match by chance). The offsets are next to their control word, not in
-// an array of their own, so that a hit in a large table mostly misses the
-// cache once before the arena, not twice: with two arrays, a get in a
-// table of a million records took 22 to 28 % longer (BenchmarkRecordsGet),
-// for 5 bytes a slot either way.
+// match by chance). The offsets are next to their control word, so that a
+// hit in a large table mostly misses the cache once before the arena, not
+// twice: with two arrays, a get in a table of a million records took 22
+// to 28 % longer (BenchmarkRecordsGet).
 //
 // Invariants: a control byte is full exactly when its offset is not 0, and
-// then its fragment is that of its entry's hash; every entry sits in its
-// home group or in a group after it that the probe reaches, with no group
-// holding an empty slot between its home and its own group (an insert
-// takes the first free slot from home, and a group without an empty slot
-// never gets one back until a rehash: a deletion leaves a tombstone in
-// such a group, since a probe may have passed through it, and empties the
-// slot only in a group that holds an empty slot already, which no probe
-// ever went past). So a lookup stops at the first group with an empty
-// slot.
+// then its fragment is that of its entry's hash. A group's overflow count
+// is the number of entries whose home group is before it along the probe
+// and which sit after it, that is, whose insert passed it full; it is
+// exact below overflowMax, and a count that reached overflowMax stays
+// there (a probe then goes on past the group) until a rehash. An insert
+// takes the first empty slot from home and counts itself in every group
+// it passed; a deletion empties the slot and uncounts the entry from its
+// home up to its group. So a lookup may stop at a group whose count is 0:
+// no entry of a hash homed at or before it lies further.
 //
-// Tombstones are reused by inserts, but they also take room from empty
-// slots, and churn at a constant size would fill a table with them.
-// growthLeft counts the empty slots that may still be filled: a table
-// holds at most full live entries (its load bound) and at most full+slack
-// entries and tombstones together (slack = size/16). When an insert finds
-// growthLeft at 0 below the load bound, the table is rebuilt at the same
-// size, which drops every tombstone and leaves at least slack slots to
-// fill: a rebuild per slack tombstones made, O(1) amortized, and a table
-// at a constant number of entries keeps its size. At the load bound it
-// grows by a quarter instead.
+// With no tombstones, a deletion leaves the table as if the entry had
+// never been inserted but for counts saturated on the way (none, unless
+// hundreds of entries share a home): churn at a constant number of
+// entries neither grows the table nor lengthens its probes, and never
+// rebuilds it. (SwissTable's tombstones did: with fresh owners at 2/3
+// load, about one deletion in eight left one, and a table of a million
+// records was rebuilt in place every ~500k deletions, 130-155 ms each,
+// some 300 ns a deletion amortized.)
 type offTable struct {
-	slots      []uint32 // groupWords per group: its control word, then its slots' offsets
-	groups     int
-	size       int  // slots: groups*groupSlots
-	n          int  // entries
-	full       int  // entries at the load bound: size*num/den of maxLoad
-	growthLeft int  // empty slots that may still be filled: full+slack-n-tombstones
-	owners     bool // keyed by owner, not by address
+	slots  []uint32 // groupWords per group: its control word, then its slots' offsets
+	groups int
+	size   int  // slots: groups*groupSlots
+	n      int  // entries
+	full   int  // entries at the load bound: size*num/den of maxLoad
+	owners bool // keyed by owner, not by address
 }
 
 // Control bytes. An empty slot is 0, not the 0x80 of SwissTable, so that a
 // fresh table is all zeros, as make returns it: a large one is never
 // written before use (the runtime's memory from the kernel is zeroed
-// already), and its pages are touched only as entries arrive. A tombstone
-// is 1: the only free byte with its low bit set, which matchEmpty uses.
+// already), and its pages are touched only as entries arrive.
 const (
-	groupSlots  = 8
-	groupWords  = 2 + groupSlots // uint32s in a group
-	ctrlEmpty   = 0x00
-	ctrlDeleted = 0x01
-	ctrlFull    = 0x80 // | the fragment, 7 bits of the hash
-
-	lsbs = 0x0101010101010101
-	msbs = 0x8080808080808080
+	groupSlots  = 7                  // slots per group: bytes 0 to 6 of its control word
+	slotStride  = 8                  // slot indexes per group
+	groupWords  = 2 + slotStride     // uint32s in a group: control word, 8 offsets (the last unused)
+	ctrlEmpty   = 0x00               //
+	ctrlFull    = 0x80               // | the fragment, 7 bits of the hash
+	overflowMax = 0xff               // a saturated overflow count
+	overflowOne = 1 << 24            // one in the overflow count, the top byte of a group's second word
+	lsbs        = 0x0101010101010101 //
+	slotMsbs    = 0x0080808080808080 // the high bit of each slot's control byte
 )
 
-// slotBytes is the memory of a slot: its offset and control byte.
-const slotBytes = 5
+// slotBytes is the memory of a slot: its offset, its control byte, and a
+// seventh of a group's spare offset and overflow count.
+const slotBytes = groupWords * 4 / groupSlots
 
 // fragment returns the control byte of a full slot whose entry's hash is h:
 // the low bits, as home uses the high ones.
@@ -837,40 +829,35 @@ func fragment(h uint64) uint64 { return ctrlFull | h&0x7f }
 // byte is f, as the high bit of their byte: every one of them, and now and
 // then a slot just above one of them (a borrow of the subtraction carries
 // into the next byte when it holds f^1), which the caller tells apart by
-// its offset or key. Empty and deleted slots never match.
+// its offset or key. Empty slots never match, nor does the overflow count.
 func matchFragment(c, f uint64) uint64 {
 	x := c ^ lsbs*f // 0 in a byte equal to f
-	return (x - lsbs) &^ x & msbs
+	return (x - lsbs) &^ x & slotMsbs
 }
 
-// matchEmpty returns the empty slots of control word c, exactly: the bytes
-// with neither the high bit (full) nor the low one (deleted) set; c<<7
-// moves each byte's low bit to its high bit.
-func matchEmpty(c uint64) uint64 { return ^(c | c<<7) & msbs }
+// matchEmpty returns the empty slots of control word c.
+func matchEmpty(c uint64) uint64 { return ^c & slotMsbs }
 
-// matchFree returns the empty and the deleted slots of control word c: the
-// bytes with the high bit clear.
-func matchFree(c uint64) uint64 { return ^c & msbs }
+// overflowOf returns the overflow count in control word c.
+func overflowOf(c uint64) uint64 { return c >> 56 }
 
-// firstSlot returns the slot of group g that the lowest byte set in a
-// match names.
-func firstSlot(g int, m uint64) int { return g*groupSlots + int(slotOf(m)) }
+// firstSlot returns the slot index of the slot of group g that the lowest
+// byte set in a match names.
+func firstSlot(g int, m uint64) int { return g*slotStride + int(slotOf(m)) }
 
 // slotOf returns the index in its group of the slot that the lowest byte
 // set in a match names (masked, so that indexing a group with it needs no
 // bounds check).
-func slotOf(m uint64) uint { return uint(bits.TrailingZeros64(m)>>3) & (groupSlots - 1) }
+func slotOf(m uint64) uint { return uint(bits.TrailingZeros64(m)>>3) & (slotStride - 1) }
 
 // Load bounds: an address table holds at most half as many entries as it
 // has slots, the owner table two thirds, and a table that reaches its
-// bound grows by a quarter (tombstones take up to size/16 more slots, see
-// offTable). With Robin Hood tables of 6-byte slots these bounds were the
-// cheapest of those measured (an allocation and its release moved about
-// 1.5 entries each at 1/2, 5 at 3/4; the owner table at 2/3 kept one IPv6
-// address scattered in a /64 near 97 B at 1M). They are kept for the
-// group tables, where a slot takes 5 bytes, so they take a sixth less
-// memory (93 B for that /64 address); other bounds were not measured with
-// groups.
+// bound grows by a quarter. With Robin Hood tables of 6-byte slots these
+// bounds were the cheapest of those measured (an allocation and its
+// release moved about 1.5 entries each at 1/2, 5 at 3/4; the owner table
+// at 2/3 kept one IPv6 address scattered in a /64 near 97 B at 1M). They
+// are kept for the group tables, whose slots take 40/7 bytes; other
+// bounds were not measured with groups.
 const (
 	addrLoadNum, addrLoadDen   = 1, 2
 	ownerLoadNum, ownerLoadDen = 2, 3
@@ -902,15 +889,8 @@ func newTable(owners bool, size int) offTable {
 		adviseHugePages(unsafe.Slice((*byte)(unsafe.Pointer(&t.slots[0])), 4*len(t.slots)))
 	}
 	num, den := t.maxLoad()
-	t.full = size * num / den
-	t.growthLeft = t.full + t.slack()
+	t.full = size * num / den // below size: an insert always finds an empty slot
 	return t
-}
-
-// slack is how many slots tombstones may take past the load bound: at
-// least one, and always leaving a slot empty, so that every probe ends.
-func (t *offTable) slack() int {
-	return min(max(1, t.size/16), t.size-t.full-1)
 }
 
 // hugeAdviceMin is the smallest allocation advised to use huge pages: two
@@ -920,7 +900,11 @@ const hugeAdviceMin = 4 << 20
 func (t *offTable) owner() bool { return t.owners }
 
 // bytes is the memory of t's slots.
-func (t *offTable) bytes() int { return t.size * slotBytes }
+func (t *offTable) bytes() int { return len(t.slots) * 4 }
+
+// span is the number of slot indexes of t: those of its slots, and the
+// unused eighth of each group, whose offset is always 0.
+func (t *offTable) span() int { return t.groups * slotStride }
 
 // grp returns group g: its control word (two elements, the low half
 // first) and its slots' offsets. (Indexes as uint: a division and
@@ -942,13 +926,13 @@ func ctrlOf(p *[groupWords]uint32) uint64 { return uint64(p[0]) | uint64(p[1])<<
 func (t *offTable) group(g int) uint64 { return ctrlOf(t.grp(uint(g))) }
 
 // off returns the offset in slot i.
-func (t *offTable) off(i int) uint32 { return t.grp(uint(i) / groupSlots)[2+uint(i)%groupSlots] }
+func (t *offTable) off(i int) uint32 { return t.grp(uint(i) / slotStride)[2+uint(i)%slotStride] }
 
 // setOff sets the offset in slot i.
-func (t *offTable) setOff(i int, off uint32) { t.grp(uint(i) / groupSlots)[2+uint(i)%groupSlots] = off }
+func (t *offTable) setOff(i int, off uint32) { t.grp(uint(i) / slotStride)[2+uint(i)%slotStride] = off }
 
 // ctrlAt returns the control byte of slot i.
-func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.group(i/groupSlots) >> (i % groupSlots * 8)) }
+func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.group(i/slotStride) >> (i % slotStride * 8)) }
 
 // nextGroup returns the group after g, wrapping around the end.
 func (t *offTable) nextGroup(g int) int {
@@ -958,33 +942,30 @@ func (t *offTable) nextGroup(g int) int {
 	return g
 }
 
-// fill puts the entry at off, whose fragment is f, in the free slot i.
-func (t *offTable) fill(i int, f uint64, off uint32) {
-	t.fillIn(t.grp(uint(i)/groupSlots), uint(i)%groupSlots, f, off)
-}
-
-// fillIn is fill of slot j of group p.
+// fillIn puts the entry at off, whose fragment is f, in the empty slot j
+// of group p.
 func (t *offTable) fillIn(p *[groupWords]uint32, j uint, f uint64, off uint32) {
 	w, sh := &p[j/4%2], j%4*8
-	if *w>>sh&0xff == ctrlEmpty {
-		t.growthLeft--
-	}
-	*w = *w&^(0xff<<sh) | uint32(f)<<sh
-	p[2+j] = off
+	*w |= uint32(f) << sh
+	p[2+j%slotStride] = off
 	t.n++
 }
 
-// reserve makes room in t for one more entry: a rebuild at the same size
-// if tombstones took the room, a growth by a quarter at the load bound.
+// passed counts one more entry in the overflow count of group p, unless
+// the count is saturated.
+func passed(p *[groupWords]uint32) {
+	if p[1]>>24 != overflowMax {
+		p[1] += overflowOne
+	}
+}
+
+// reserve makes room in t for one more entry: a growth by a quarter at the
+// load bound.
 func (r *records) reserve(t *offTable) {
-	if t.n < t.full && t.growthLeft > 0 {
+	if t.n < t.full {
 		return
 	}
-	size := t.size
-	if t.n >= t.full { // that is, (n+1)/size > num/den
-		size = max(minTableSize, size+size/4)
-	}
-	r.rehash(t, size)
+	r.rehash(t, max(minTableSize, t.size+t.size/4))
 }
 
 // rehash moves the entries of t to a new table of size slots. Finding an
@@ -1035,7 +1016,7 @@ func (r *records) rehash(t *offTable, size int) {
 		r.insertBatch(t, hs[:n], offs[:n])
 		n = 0
 	}
-	for i := range old.size {
+	for i := range old.span() {
 		if off := old.off(i); off != 0 {
 			offs[n] = off
 			if n++; n == len(offs) {
@@ -1053,14 +1034,17 @@ func (r *records) home(t *offTable, h uint64) int {
 }
 
 // insert adds the entry at off, whose hash is h, to t, which has room and
-// does not hold it: in the first free slot from its home group on.
+// does not hold it: in the first empty slot from its home group on,
+// counted in the overflow of every group it passes.
 func (r *records) insert(t *offTable, h uint64, off uint32) {
 	g := r.home(t, h)
 	for {
-		if p := t.grp(uint(g)); matchFree(ctrlOf(p)) != 0 {
-			t.fillIn(p, slotOf(matchFree(ctrlOf(p))), fragment(h), off)
+		p := t.grp(uint(g))
+		if m := matchEmpty(ctrlOf(p)); m != 0 {
+			t.fillIn(p, slotOf(m), fragment(h), off)
 			return
 		}
+		passed(p)
 		g = t.nextGroup(g)
 	}
 }
@@ -1080,8 +1064,14 @@ func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
 
 // find returns the slot of address a in its table t, or -1.
 func (r *records) find(t *offTable, a netip.Addr) int {
+	i, _ := r.findHashed(t, a)
+	return i
+}
+
+// findHashed is find, which returns a's hash too (0 if a is in no table).
+func (r *records) findHashed(t *offTable, a netip.Addr) (int, uint64) {
 	if t.n == 0 {
-		return -1
+		return -1, 0
 	}
 	// The address as two words, compared with an entry's key in place of
 	// its bytes: no copy of the key, and no call to compare them. The
@@ -1093,7 +1083,7 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		// below would map a zoned or zero address onto the record of
 		// another.
 		if !a.IsValid() || a.Zone() != "" {
-			return -1
+			return -1, 0
 		}
 		k := a.As16()
 		hi, lo = binary.BigEndian.Uint64(k[:8]), binary.BigEndian.Uint64(k[8:])
@@ -1104,7 +1094,7 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 		h = r.addrHash4(lo)
 	}
 	g, f := r.home(t, h), fragment(h)
-	for {
+	for range t.groups { // a whole turn, in case every count is saturated
 		gp := t.grp(uint(g))
 		c := ctrlOf(gp)
 		for m := matchFragment(c, f); m != 0; m &= m - 1 {
@@ -1116,30 +1106,35 @@ func (r *records) find(t *offTable, a netip.Addr) int {
 			}
 			if is6 && binary.BigEndian.Uint64(b[p:]) == hi && binary.BigEndian.Uint64(b[p+8:]) == lo ||
 				!is6 && uint64(binary.BigEndian.Uint32(b[p:])) == lo {
-				return g*groupSlots + int(j)
+				return g*slotStride + int(j), h
 			}
 		}
-		if matchEmpty(c) != 0 {
-			return -1
+		if overflowOf(c) == 0 {
+			break
 		}
 		g = t.nextGroup(g)
 	}
+	return -1, h
 }
 
-// removeAt empties slot i of t: an empty slot if its group holds one
-// already (no probe went past the group), else a tombstone.
-func (t *offTable) removeAt(i int) { t.removeIn(t.grp(uint(i)/groupSlots), uint(i)%groupSlots) }
+// removeAt empties slot i of t, whose entry has the hash h.
+func (r *records) removeAt(t *offTable, i int, h uint64) {
+	g := i / slotStride
+	t.removeIn(t.grp(uint(g)), uint(i)%slotStride, g, r.home(t, h))
+}
 
-// removeIn is removeAt of slot j of group p.
-func (t *offTable) removeIn(p *[groupWords]uint32, j uint) {
-	c, sh, b := ctrlOf(p), j%groupSlots*8, uint64(ctrlDeleted)
-	if matchEmpty(c) != 0 {
-		b = ctrlEmpty
-		t.growthLeft++
-	}
-	c = c&^(0xff<<sh) | b<<sh
-	p[0], p[1], p[2+j%groupSlots] = uint32(c), uint32(c>>32), 0
+// removeIn empties slot j of group g (p), whose entry's home group is
+// home: the groups from home up to g count one entry fewer past them.
+func (t *offTable) removeIn(p *[groupWords]uint32, j uint, g, home int) {
+	w, sh := &p[j/4%2], j%4*8
+	*w &^= 0xff << sh
+	p[2+j%slotStride] = 0
 	t.n--
+	for ; home != g; home = t.nextGroup(home) {
+		if q := t.grp(uint(home)); q[1]>>24 != overflowMax {
+			q[1] -= overflowOne
+		}
+	}
 }
 
 // Entries.

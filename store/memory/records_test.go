@@ -100,50 +100,48 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 }
 
 // checkTable checks the invariants of tb: a control byte is full exactly
-// when its slot's offset is not 0, and then it is the fragment of its
-// entry's hash; every entry is found by a probe from its home group, that
-// is, no group before its own along the probe holds an empty slot;
-// growthLeft is the load bound and slack less the entries and tombstones,
-// which leave an empty slot in the table.
+// when its slot's offset is not 0 (and a group's unused eighth offset is
+// 0), and then it is the fragment of its entry's hash; each group's
+// overflow count is the number of entries whose probe passed it, from
+// their home to their group (at least that once saturated); so every entry
+// is found by a probe from its home group.
 func checkTable(t interface{ Fatalf(string, ...any) }, r *records, tb *offTable) {
 	if tb.size != tb.groups*groupSlots || len(tb.slots) != tb.groups*groupWords {
 		t.Fatalf("%d groups, %d slots, %d words", tb.groups, tb.size, len(tb.slots))
 	}
-	n, dead := 0, 0
-	for i := range tb.size {
+	passedBy := make([]int, tb.groups)
+	n := 0
+	for i := range tb.span() {
+		g, j := i/slotStride, i%slotStride
 		c, off := tb.ctrlAt(i), tb.off(i)
-		if (c&ctrlFull != 0) != (off != 0) {
+		if j == groupSlots {
+			if off != 0 {
+				t.Fatalf("group %d: its unused offset is %d", g, off)
+			}
+			continue
+		}
+		if (c != ctrlEmpty) != (off != 0) || c != ctrlEmpty && c&ctrlFull == 0 {
 			t.Fatalf("slot %d: control byte %#x, offset %d", i, c, off)
 		}
-		switch {
-		case c == ctrlDeleted:
-			dead++
+		if off == 0 {
 			continue
-		case c == ctrlEmpty:
-			continue
-		case c&ctrlFull == 0:
-			t.Fatalf("slot %d: control byte %#x is neither empty, deleted nor full", i, c)
 		}
 		n++
 		h := r.entryHash(tb, off)
 		if uint64(c) != fragment(h) {
 			t.Fatalf("slot %d: control byte %#x, fragment %#x", i, c, fragment(h))
 		}
-		for g := r.home(tb, h); g != i/groupSlots; g = tb.nextGroup(g) {
-			if matchEmpty(tb.group(g)) != 0 {
-				t.Fatalf("slot %d: group %d, between its home %d and it, has an empty slot", i, g, r.home(tb, h))
-			}
+		for x := r.home(tb, h); x != g; x = tb.nextGroup(x) {
+			passedBy[x]++
 		}
 	}
-	if n != tb.n {
-		t.Fatalf("%d entries, count %d", n, tb.n)
+	if n != tb.n || n > tb.full && tb.size > 0 {
+		t.Fatalf("%d entries, count %d, bound %d", n, tb.n, tb.full)
 	}
-	if tb.size > 0 {
-		if want := tb.full + tb.slack() - n - dead; tb.growthLeft != want || tb.growthLeft < 0 || n > tb.full {
-			t.Fatalf("growthLeft %d, want %d (bound %d, slack %d, %d entries, %d tombstones)", tb.growthLeft, want, tb.full, tb.slack(), n, dead)
-		}
-		if n+dead >= tb.size {
-			t.Fatalf("%d entries and %d tombstones leave no empty slot of %d", n, dead, tb.size)
+	for g, want := range passedBy {
+		got := int(overflowOf(tb.group(g)))
+		if got < overflowMax && got != want { // a saturated count stays so: probes go on past it
+			t.Fatalf("group %d: overflow count %d, %d entries passed it", g, got, want)
 		}
 	}
 }
