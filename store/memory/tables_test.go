@@ -98,6 +98,7 @@ func TestTablesWrapAndCountOverflows(t *testing.T) {
 			}
 			checkTable(t, r, tb)
 			checkTable(t, r, &r.owners)
+			unsaturated(t, tb, &r.owners)
 			if r.has(addrs[k]) != (model[addrs[k]].Addr.IsValid()) {
 				t.Fatalf("v6 %v: has(%s) after its delete disagrees with the model", v6, addrs[k])
 			}
@@ -225,4 +226,20 @@ func TestTablesChurnKeepsTheirSize(t *testing.T) {
 		}
 	}
 	checkRecords(t, r, model)
+	unsaturated(t, tables[:]...)
+}
+
+// unsaturated fails if a group of the tables has a saturated overflow
+// count, where the test puts far fewer entries past any group than that:
+// checkTable lets a saturated count be, so one that wrapped below zero
+// would go unseen.
+func unsaturated(t *testing.T, tables ...*offTable) {
+	t.Helper()
+	for k, tb := range tables {
+		for g := range tb.groups {
+			if overflowOf(tb.group(g)) == overflowMax {
+				t.Fatalf("table %d, group %d: overflow count saturated", k, g)
+			}
+		}
+	}
 }
