@@ -175,7 +175,10 @@ func TestDeleteCIDRRacedByARecreatedCIDRIsDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared.then = func(marked cidrset.CIDR) {
-		if err := st.DeleteCIDR(ctx, "a", marked.Revision); err != nil {
+		// The allocator's own reconciler, told of the mark by its watch,
+		// may have removed the empty CIDR already (seen once, in a -race
+		// run of every module): either way, it is gone.
+		if err := st.DeleteCIDR(ctx, "a", marked.Revision); err != nil && !errors.Is(err, store.ErrNotFound) {
 			t.Error(err)
 		}
 		if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "a", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}}); err != nil {
