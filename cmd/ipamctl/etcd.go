@@ -110,22 +110,46 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 // that stdin is, without echoing it, the prompt on stderr; stdin that is
 // no terminal (a pipe, a file, a script's) is refused with a usage error
 // naming the other ways, as a password read from it would be a guess at
-// what the caller meant.
-func askEtcdPassword(spec *etcdSpec, stdin io.Reader, stderr io.Writer) error {
+// what the caller meant. An interrupt (ctx ending) gives the terminal
+// back as it was, echo on, and ends the command.
+func askEtcdPassword(ctx context.Context, spec *etcdSpec, stdin io.Reader, stderr io.Writer) error {
 	f, ok := stdin.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return usageErrorf("--etcd-user: no password for %s: give NAME:PASSWORD, set %s, or run ipamctl on a terminal, which asks", spec.user, etcdPasswordEnv)
 	}
+	fd := int(f.Fd())
+	state, err := term.GetState(fd)
+	if err != nil {
+		return fmt.Errorf("reading the password of etcd user %s: %w", spec.user, err)
+	}
 	fmt.Fprintf(stderr, "Password for etcd user %s: ", spec.user)
-	password, err := term.ReadPassword(int(f.Fd()))
+	type answer struct {
+		password []byte
+		err      error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		p, err := term.ReadPassword(fd)
+		got <- answer{p, err}
+	}()
+	var a answer
+	select {
+	case a = <-got:
+	case <-ctx.Done():
+		// Ctrl-C is caught (main), so the read goes on: the terminal is
+		// restored here, and the read left behind as the process exits.
+		_ = term.Restore(fd, state)
+		fmt.Fprintln(stderr)
+		return fmt.Errorf("interrupted at the password prompt: %w", ctx.Err())
+	}
 	fmt.Fprintln(stderr) // the newline the user typed was not echoed
 	switch {
-	case err != nil:
-		return fmt.Errorf("reading the password of etcd user %s: %w", spec.user, err)
-	case len(password) == 0:
+	case a.err != nil:
+		return fmt.Errorf("reading the password of etcd user %s: %w", spec.user, a.err)
+	case len(a.password) == 0:
 		return usageErrorf("--etcd-user: an empty password for %s", spec.user)
 	}
-	spec.password, spec.askPassword = string(password), false
+	spec.password, spec.askPassword = string(a.password), false
 	return nil
 }
 

@@ -325,7 +325,7 @@ func runErr(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr 
 	}
 	// Asked before --timeout starts, which is for the store, not the user.
 	if es := inv.spec.etcd; es != nil && es.askPassword {
-		if err := askEtcdPassword(es, stdin, stderr); err != nil {
+		if err := askEtcdPassword(ctx, es, stdin, stderr); err != nil {
 			return err
 		}
 	}

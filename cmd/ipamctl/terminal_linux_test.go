@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -103,4 +105,81 @@ func TestAnEtcdPasswordIsAskedForOnATerminal(t *testing.T) {
 		t.Errorf("stdin not a terminal, yet a prompt: %q", r.stderr)
 	}
 	(&cli{t: t, store: append(append([]string{}, tlsFlags...), "--etcd-user", "root:")}).fail(exitUsage, "an empty password for root", "cidr", "get")
+}
+
+// Ctrl-C at the password prompt ends ipamctl at once (exit 1, saying it
+// was interrupted), with the terminal's echo, which the prompt turned
+// off, back on. No etcd is needed: nothing is contacted before the
+// password.
+func TestCtrlCAtThePasswordPromptRestoresTheTerminal(t *testing.T) {
+	t.Setenv(etcdPasswordEnv, "")
+	_, slave := openTerminal(t)
+	before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Lflag&unix.ECHO == 0 {
+		t.Fatal("a new terminal without echo: the test cannot tell")
+	}
+	cmd := exec.Command(bin, "--etcd", "127.0.0.1:1", "--etcd-user", "root", "cidr", "get")
+	cmd.Stdin = slave
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Once the prompt is out, the echo goes off; wait for both, then
+	// interrupt.
+	prompt := make([]byte, len("Password for etcd user root: "))
+	r := bufio.NewReader(stderr)
+	if _, err := r.Read(prompt[:1]); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Lflag&unix.ECHO == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the prompt never turned the echo off")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest := make(chan string, 1)
+	go func() {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(r)
+		rest <- string(prompt[:1]) + b.String()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("still waiting for the password 10 s after Ctrl-C")
+	}
+	var ee *exec.ExitError
+	out := <-rest
+	if !errors.As(werr, &ee) || ee.ExitCode() != exitError || !strings.Contains(out, "interrupted at the password prompt") {
+		t.Errorf("after Ctrl-C: %v, stderr %q; want exit %d, interrupted", werr, out, exitError)
+	}
+	after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Lflag&unix.ECHO == 0 {
+		t.Error("the terminal's echo is still off after Ctrl-C at the prompt")
+	}
 }
