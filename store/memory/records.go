@@ -57,8 +57,9 @@ import (
 // Per record, then: its entry, the name plus about 12 bytes for IPv4
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
 // the first, name length 1) and 24 for IPv6, and 40/7/load bytes of slots
-// in each table (a group is 40 bytes), 20 to 25 in all. An owner's records past its second take no
-// owner slot but 4 bytes in more and an entry of morePos (about 10 more).
+// in each table (a group is 40 bytes), 20 to 25 in all. An owner's
+// records past its second take no owner slot but 4 bytes in more and an
+// entry of morePos (about 10 more).
 //
 // Deleting a record turns its entry into waste, which the next entry of the
 // same size reuses; when the waste outgrows the live entries all the same
@@ -809,17 +810,13 @@ const (
 	groupSlots  = 7                  // slots per group: bytes 0 to 6 of its control word
 	slotStride  = 8                  // slot indexes per group
 	groupWords  = 2 + slotStride     // uint32s in a group: control word, 8 offsets (the last unused)
-	ctrlEmpty   = 0x00               //
+	ctrlEmpty   = 0x00               // an empty slot
 	ctrlFull    = 0x80               // | the fragment, 7 bits of the hash
 	overflowMax = 0xff               // a saturated overflow count
 	overflowOne = 1 << 24            // one in the overflow count, the top byte of a group's second word
-	lsbs        = 0x0101010101010101 //
+	lsbs        = 0x0101010101010101 // the low bit of each byte
 	slotMsbs    = 0x0080808080808080 // the high bit of each slot's control byte
 )
-
-// slotBytes is the memory of a slot: its offset, its control byte, and a
-// seventh of a group's spare offset and overflow count.
-const slotBytes = groupWords * 4 / groupSlots
 
 // fragment returns the control byte of a full slot whose entry's hash is h:
 // the low bits, as home uses the high ones.
