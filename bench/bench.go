@@ -170,22 +170,21 @@ type Netipam struct {
 // while on is set and drops them otherwise, so that one allocator over one
 // store can be measured with them and without them, in turns.
 type hintSwitch struct {
-	store.Locked
-	st *memory.Store
+	*memory.Store
 	on bool
 }
 
 // PrefetchOwnerLocked implements store.Prefetcher.
 func (h *hintSwitch) PrefetchOwnerLocked(owner ipaddress.ParentRef) {
 	if h.on {
-		h.st.PrefetchOwnerLocked(owner)
+		h.Store.PrefetchOwnerLocked(owner)
 	}
 }
 
 // PrefetchAddressLocked implements store.Prefetcher.
 func (h *hintSwitch) PrefetchAddressLocked(addr netip.Addr) {
 	if h.on {
-		h.st.PrefetchAddressLocked(addr)
+		h.Store.PrefetchAddressLocked(addr)
 	}
 }
 
@@ -222,7 +221,7 @@ func (n *Netipam) hintSwitch() (*hintSwitch, error) {
 	if err := n.Alloc.Close(); err != nil {
 		return nil, err
 	}
-	n.hints = &hintSwitch{Locked: n.Store, st: n.Store, on: true}
+	n.hints = &hintSwitch{Store: n.Store, on: true}
 	return n.hints, n.open()
 }
 

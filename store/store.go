@@ -267,8 +267,10 @@ type Locked interface {
 // to search for the address and can guess it: the loads from memory then
 // overlap the search instead of following it. The methods are hints: they
 // change nothing, and a wrong guess costs only their loads. The allocator
-// calls them before it searches a large sparse pool (an IPv6 range of
-// millions of addresses), where they are worth it (BENCHMARKS.md).
+// calls both before it searches a large sparse pool (an IPv6 range of
+// millions of addresses), and PrefetchAddressLocked with the address a
+// large dense pool chose, before it validates the owner: where they are
+// worth it (BENCHMARKS.md).
 type Prefetcher interface {
 	// PrefetchOwnerLocked prepares a create for owner.
 	PrefetchOwnerLocked(owner ipaddress.ParentRef)

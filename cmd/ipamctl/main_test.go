@@ -53,6 +53,7 @@ type cli struct {
 	t     *testing.T
 	store []string
 	env   []string
+	stdin *os.File // nil: none (the null device)
 }
 
 func newBoltCLI(t *testing.T) *cli {
@@ -65,6 +66,9 @@ func (c *cli) run(args ...string) result {
 	cmd.Env = append(os.Environ(), c.env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if c.stdin != nil { // not a nil *os.File in the interface
+		cmd.Stdin = c.stdin
+	}
 	err := cmd.Run()
 	r := result{stdout: stdout.String(), stderr: stderr.String()}
 	var ee *exec.ExitError

@@ -46,21 +46,9 @@ func (c *cli) runOnTerminal(typed string, args ...string) result {
 	if _, err := master.WriteString(typed); err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append(append([]string{}, c.store...), args...)...)
-	cmd.Env = append(os.Environ(), c.env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		c.t.Fatalf("running ipamctl %v: %v", args, err)
-	}
-	return r
+	on := *c
+	on.stdin = slave
+	return on.run(args...)
 }
 
 // --etcd-user NAME with no password given and none in the environment:

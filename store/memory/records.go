@@ -928,9 +928,6 @@ func (t *offTable) off(i int) uint32 { return t.grp(uint(i) / slotStride)[2+uint
 // setOff sets the offset in slot i.
 func (t *offTable) setOff(i int, off uint32) { t.grp(uint(i) / slotStride)[2+uint(i)%slotStride] = off }
 
-// ctrlAt returns the control byte of slot i.
-func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.group(i/slotStride) >> (i % slotStride * 8)) }
-
 // nextGroup returns the group after g, wrapping around the end.
 func (t *offTable) nextGroup(g int) int {
 	if g++; g == t.groups {

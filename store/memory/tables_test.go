@@ -243,3 +243,6 @@ func unsaturated(t *testing.T, tables ...*offTable) {
 		}
 	}
 }
+
+// ctrlAt returns the control byte of slot i.
+func (t *offTable) ctrlAt(i int) uint8 { return uint8(t.group(i/slotStride) >> (i % slotStride * 8)) }
