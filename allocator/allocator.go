@@ -1253,7 +1253,10 @@ func (a *Allocator) Get(ctx context.Context, addr netip.Addr) (ipaddress.IPAddre
 	return a.st.GetAddress(ctx, addr)
 }
 
-// AddressesOf returns the records owner holds, through the store's owner index.
+// AddressesOf returns the records owner holds, through the store's owner
+// index, as the store answers: with a *store.SkippedError beside them when
+// records that might be owner's cannot be decoded (see
+// store.Store.AddressesOf).
 func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
 	if err := a.checkOpen(); err != nil {
 		return nil, err
@@ -1266,13 +1269,20 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 // by someone else since, perhaps allocated to another owner by now, is
 // left alone and not returned. On an error, the addresses released before
 // it are returned with it.
+//
+// Records the store cannot decode hide none of owner's others: when
+// AddressesOf returns a *store.SkippedError, the records it returned are
+// released all the same, and that error is returned with them (it matches
+// store.ErrCorrupt), since a record it names may be owner's and is still
+// held. A release that fails still ends the call with its own error.
 func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef) ([]netip.Addr, error) {
 	if err := a.checkOpen(); err != nil {
 		return nil, err
 	}
-	recs, err := a.st.AddressesOf(ctx, owner)
-	if err != nil {
-		return nil, err
+	recs, listErr := a.st.AddressesOf(ctx, owner)
+	var skipped *store.SkippedError
+	if listErr != nil && !errors.As(listErr, &skipped) {
+		return nil, listErr
 	}
 	var out []netip.Addr
 	for _, r := range recs {
@@ -1286,5 +1296,5 @@ func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef)
 			return out, err
 		}
 	}
-	return out, nil
+	return out, listErr
 }

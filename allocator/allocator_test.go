@@ -986,6 +986,65 @@ func TestReleaseOwnerLeavesAnAddressReallocatedSinceItsListing(t *testing.T) {
 	}
 }
 
+// listingError is a store whose AddressesOf returns the records the store
+// does with err beside them, as one that met records it cannot decode.
+type listingError struct {
+	store.Store
+	err error
+}
+
+func (s *listingError) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	recs, err := s.Store.AddressesOf(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	return recs, s.err
+}
+
+// ReleaseOwner: records the store cannot decode hide none of the owner's
+// others. Beside a *store.SkippedError it releases every record listed and
+// returns them with that error, as a record it names may still be the
+// owner's; beside any other error it releases nothing.
+func TestReleaseOwnerReleasesTheRecordsListedBesideSkippedOnes(t *testing.T) {
+	ctx := context.Background()
+	other, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24"})
+	shared := &listingError{Store: st}
+	a, err := allocator.New(ctx, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	held := []netip.Addr{ip("10.96.0.5"), ip("10.96.0.6")}
+	for _, addr := range held {
+		mustStatic(t, other, addr.String(), "old")
+	}
+
+	failed := fmt.Errorf("owner index: %w", store.ErrCorrupt)
+	shared.err = failed
+	if released, err := a.ReleaseOwner(ctx, svc("old")); len(released) != 0 || err != failed {
+		t.Fatalf("ReleaseOwner(old) with its listing failed = %v, %v; want nothing and %v", released, err, failed)
+	}
+	for _, addr := range held {
+		if _, err := st.GetAddress(ctx, addr); err != nil {
+			t.Fatalf("%s after a ReleaseOwner that failed: %v, want it held", addr, err)
+		}
+	}
+
+	skipped := &store.SkippedError{}
+	skipped.Skip(ip("10.96.0.9"), fmt.Errorf("key of 10.96.0.9: %w", store.ErrCorrupt))
+	shared.err = skipped
+	released, err := a.ReleaseOwner(ctx, svc("old"))
+	var se *store.SkippedError
+	if !slices.Equal(released, held) || !errors.As(err, &se) || se != skipped || !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("ReleaseOwner(old) beside a skipped record = %v, %v; want %v and the *store.SkippedError", released, err, held)
+	}
+	for _, addr := range held {
+		if _, err := st.GetAddress(ctx, addr); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s of old: %v, want it released", addr, err)
+		}
+	}
+}
+
 func TestUsageCountsOverlappingCIDRsOnce(t *testing.T) {
 	a, _ := newAllocator(t, []string{"small=10.0.0.0/24", "big=10.0.0.0/23"})
 	mustStatic(t, a, "10.0.0.5", "a")

@@ -10,29 +10,30 @@ import (
 // the rest. A badly damaged store then gives an error of bounded size.
 const MaxSkipped = 20
 
-// SkippedRecord is a record a listing left out because it cannot be
-// decoded. It is still in the store, and its address still taken.
+// SkippedRecord is a record a read of several records left out because it
+// cannot be decoded. It is still in the store, and its address still taken.
 type SkippedRecord struct {
-	// Addr is the record's address: its key decoded, though its value did
-	// not. The zero Addr when the key does not decode either.
+	// Addr is the record's address, from its key. The zero Addr when the
+	// key does not decode.
 	Addr netip.Addr
 	// Err says why: it matches ErrCorrupt and names the record's key as
 	// the store spells it (an etcd key, a bolt bucket and key).
 	Err error
 }
 
-// SkippedError is the error of a ListAddresses that returned every record
-// but those it could not decode (see Store.ListAddresses). It matches
-// ErrCorrupt, and unwraps to the error of each record it names.
+// SkippedError is the error of a ListAddresses or an AddressesOf that
+// returned every record asked for but those it could not decode (see
+// Store.ListAddresses and Store.AddressesOf). It matches ErrCorrupt, and
+// unwraps to the error of each record it names.
 type SkippedError struct {
-	// Records are the first MaxSkipped records left out, in listing order.
+	// Records are the first MaxSkipped records left out, in key order.
 	Records []SkippedRecord
 	// Count is how many records were left out, those past MaxSkipped
 	// included.
 	Count int
 }
 
-// Skip notes that a listing left out the record of addr (the zero Addr if
+// Skip notes that a read left out the record of addr (the zero Addr if
 // its key does not decode) for err, which must match ErrCorrupt. For
 // stores.
 func (e *SkippedError) Skip(addr netip.Addr, err error) {
@@ -46,9 +47,9 @@ func (e *SkippedError) Skip(addr netip.Addr, err error) {
 func (e *SkippedError) Error() string {
 	var b strings.Builder
 	if e.Count == 1 {
-		b.WriteString("1 address record cannot be decoded and was left out of the listing: ")
+		b.WriteString("1 address record cannot be decoded and was left out: ")
 	} else {
-		fmt.Fprintf(&b, "%d address records cannot be decoded and were left out of the listing: ", e.Count)
+		fmt.Fprintf(&b, "%d address records cannot be decoded and were left out: ", e.Count)
 	}
 	for i, r := range e.Records {
 		if i > 0 {

@@ -208,6 +208,18 @@ type Store interface {
 	// would refuse (zero, zoned, IPv4-mapped): no record can have it.
 	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
 	// AddressesOf returns the records held by owner, through an index.
+	//
+	// A record the store holds but cannot decode, and that might be
+	// owner's, does not hide owner's others: when such records are the
+	// only problem, AddressesOf returns owner's other records and a
+	// *SkippedError naming them (the first MaxSkipped in key order, and a
+	// count of the rest). Which might be owner's depends on the store: in
+	// etcd any it cannot decode, as the owner is in the value; in bolt
+	// those its owner index files under owner. That error matches
+	// ErrCorrupt, so a caller that takes any error for failure stays
+	// right; one that acts on each record of owner (a release) must not
+	// take those returned for all. Any other error returns no records.
+	// store/memory never skips.
 	AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error)
 	// ListAddresses returns every record; for repair and tools, not hot paths.
 	//

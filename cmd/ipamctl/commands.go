@@ -466,12 +466,7 @@ func ipGet(e *env) error {
 	// that a script does not take the list for the whole.
 	var skipped *store.SkippedError
 	if errors.As(err, &skipped) {
-		for _, r := range skipped.Records {
-			e.warn(fmt.Errorf("left out of the list: %w", r.Err))
-		}
-		if more := skipped.Count - len(skipped.Records); more > 0 {
-			e.warn(fmt.Errorf("left out of the list: %s more that cannot be read", counted(more, "record")))
-		}
+		warnSkipped(e, skipped, "left out of the list")
 	} else if err != nil {
 		return err
 	}
@@ -482,6 +477,17 @@ func ipGet(e *env) error {
 		return fmt.Errorf("the list lacks %s that cannot be read (see the warnings): %w", counted(skipped.Count, "record"), store.ErrCorrupt)
 	}
 	return nil
+}
+
+// warnSkipped warns of each record a read left out as it cannot be
+// decoded, saying what came of it.
+func warnSkipped(e *env, skipped *store.SkippedError, what string) {
+	for _, r := range skipped.Records {
+		e.warn(fmt.Errorf("%s: %w", what, r.Err))
+	}
+	if more := skipped.Count - len(skipped.Records); more > 0 {
+		e.warn(fmt.Errorf("%s: %s more that cannot be read", what, counted(more, "record")))
+	}
 }
 
 // printRecords prints address records, one as an object when single.
@@ -520,6 +526,17 @@ func ipReleaseArgs(e *env) error {
 func ipRelease(e *env) error {
 	if e.in.byParent {
 		released, err := e.a.ReleaseOwner(e.ctx, e.in.parent)
+		// Records the store cannot decode might be the owner's: the
+		// others are released, and the command fails (exit 1, corrupt
+		// data) so that a script does not take the owner for gone.
+		var skipped *store.SkippedError
+		if errors.As(err, &skipped) {
+			warnSkipped(e, skipped, "not released")
+			if err := printReleased(e, released); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s may still hold %s that cannot be read (not released, see the warnings): %w", e.in.parent, counted(skipped.Count, "record"), store.ErrCorrupt)
+		}
 		if err != nil {
 			// What was released before the error (--timeout, Ctrl-C)
 			// stays released: say what, as for ADDR... below.

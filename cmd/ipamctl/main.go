@@ -14,7 +14,8 @@
 //	ip allocate ADDR --parent REF        allocate a given address
 //	ip get [ADDR | --parent REF]         list records, show one, or those of one owner
 //	                                     (a record it cannot read: warned of, exit 1)
-//	ip release ADDR... | --parent REF    release addresses
+//	ip release ADDR... | --parent REF    release addresses, or an owner's
+//	                                     (a record it cannot read: warned of, exit 1)
 //	repair --consumers FILE [--dry-run] [--leak-grace 60s]
 //	usage                                size, used and free addresses per CIDR prefix
 //
@@ -63,7 +64,7 @@ import (
 // Exit codes.
 const (
 	exitOK       = 0 // done
-	exitError    = 1 // anything else: store unreachable, I/O, timeout, corrupt data (ip get: also a list short of records it cannot read)
+	exitError    = 1 // anything else: store unreachable, I/O, timeout, corrupt data (ip get, ip release --parent: also done but for records it cannot read)
 	exitUsage    = 2 // bad command line or invalid input (name, prefix, address, parentRef, not in range, refused by admission)
 	exitNotFound = 3 // no such CIDR or address record
 	exitConflict = 4 // already exists, already allocated, modified concurrently

@@ -48,8 +48,10 @@
 // shortest form or an unknown flag is an error wrapping store.ErrCorrupt
 // (a *CorruptError naming the bucket and the key), never a panic.
 // ListAddresses leaves out an address record it cannot decode and returns
-// the others with a *store.SkippedError naming it; other reads of it fail,
-// Watch too (so an allocator does not start on the file). A file damaged
+// the others with a *store.SkippedError naming it; so does AddressesOf,
+// for such a record the owner index files under the owner asked for, or
+// one whose value names another owner. Other reads of it fail, Watch too
+// (so an allocator does not start on the file). A file damaged
 // below the records, which bbolt panics on (a bad page) or which faults
 // when read (a truncated file), gives a *CorruptError too, with no bucket;
 // the store that read it is best closed.
@@ -770,36 +772,50 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 }
 
 // AddressesOf implements store.Store: a prefix scan of the owner index.
+// An entry under owner's prefix whose address key or record does not
+// decode, or whose record names another owner, is left out, and named in a
+// *store.SkippedError (its Err a *CorruptError) returned with owner's other
+// records: the record it files may be owner's. An entry with no record
+// (no address is held for it to leave out) or a file bbolt cannot read
+// fails the call whole.
 func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
 	prefix := appendOwner(nil, owner)
 	var out []ipaddress.IPAddress
+	var skipped store.SkippedError
 	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		out = out[:0]
+		skipped = store.SkippedError{}
 		c := tx.Bucket(bucketOwners).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			akey := k[len(prefix):]
 			a, err := decodeAddrKey(akey)
 			if err != nil {
-				return corruptAt(bucketOwners, k, err)
+				skipped.Skip(netip.Addr{}, corruptAt(bucketOwners, k, err))
+				continue
 			}
 			rec, ok, err := getAddress(tx, a, akey)
 			switch {
-			case err != nil:
-				return err
+			case err != nil: // a *CorruptError: the value does not decode
+				skipped.Skip(a, err)
+				continue
 			case !ok:
 				return corruptAt(bucketOwners, k, corrupt("index entry without an address record"))
 			case rec.Parent != owner:
-				return corruptAt(bucketOwners, k, corrupt("index entry for an address held by %+v", rec.Parent))
+				skipped.Skip(a, corruptAt(bucketOwners, k, corrupt("index entry for an address held by %+v", rec.Parent)))
+				continue
 			}
 			out = append(out, rec)
 		}
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if out == nil {
+	case out == nil:
 		out = []ipaddress.IPAddress{}
+	}
+	if skipped.Count > 0 {
+		return out, &skipped
 	}
 	return out, nil
 }

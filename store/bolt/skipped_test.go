@@ -144,3 +144,81 @@ func TestListAddressesOfADamagedFileFailsWhole(t *testing.T) {
 		t.Fatalf("ListAddresses of a damaged file: %d records, %v; want none and a *CorruptError of the file", len(recs), err)
 	}
 }
+
+// store.Store.AddressesOf: an entry the owner index files under the owner
+// whose record cannot be decoded (a damaged value, an address key the
+// encoder never writes, a value naming another owner) hides none of the
+// owner's other records. AddressesOf returns those and a
+// *store.SkippedError naming each entry left out in key order, matching
+// store.ErrCorrupt; another owner's answer is not touched, nor the file.
+// An entry with no record at all is no record left out: AddressesOf fails
+// whole.
+func TestAddressesOfReturnsTheOwnersRecordsBesideOnesItCannotDecode(t *testing.T) {
+	ctx := ctxT(t)
+	a, b := svc("default", "a"), svc("default", "b")
+	path := fileWithOneRecord(t) // 10.0.0.7 of a
+	st := mustOpen(t, path)
+	create(t, st, "10.0.0.8", a)
+	create(t, st, "10.0.0.9", a)
+	create(t, st, "10.0.0.10", b)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rawPut(t, path, []byte("addrs"), addrKey(ip("10.0.0.8")), []byte{1, 0x80}) // a truncated varint
+	badKey := bytes.Repeat([]byte{9}, 17)                                      // a family no key has
+	rawPut(t, path, []byte("owners"), ownerKey(a, badKey), nil)
+	rawPut(t, path, []byte("owners"), ownerKey(a, addrKey(ip("10.0.0.10"))), nil) // b's record filed under a too
+	before := rawDump(t, path)
+
+	st = mustOpen(t, path)
+	recs, err := st.AddressesOf(ctx, a)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Addr.String()+" "+r.Parent.String())
+	}
+	if want := []string{"10.0.0.7 services/default/a", "10.0.0.9 services/default/a"}; !slices.Equal(got, want) {
+		t.Fatalf("AddressesOf(a) = %q (%v), want %q", got, err, want)
+	}
+	var se *store.SkippedError
+	if !errors.As(err, &se) || !errors.Is(err, store.ErrCorrupt) || se.Count != 3 || len(se.Records) != 3 {
+		t.Fatalf("AddressesOf(a) error %v, want a *store.SkippedError of 3 records matching ErrCorrupt", err)
+	}
+	for i, want := range []struct {
+		addr   netip.Addr
+		bucket string
+		key    []byte
+	}{
+		{ip("10.0.0.8"), "addrs", addrKey(ip("10.0.0.8"))},
+		{ip("10.0.0.10"), "owners", ownerKey(a, addrKey(ip("10.0.0.10")))},
+		{netip.Addr{}, "owners", ownerKey(a, badKey)},
+	} {
+		r := se.Records[i]
+		var ce *bolt.CorruptError
+		if r.Addr != want.addr || !errors.As(r.Err, &ce) || ce.Bucket != want.bucket || !bytes.Equal(ce.Key, want.key) || !errors.Is(r.Err, store.ErrCorrupt) {
+			t.Errorf("skipped record %d: %v %v, want %v with a *CorruptError naming %s %x", i, r.Addr, r.Err, want.addr, want.bucket, want.key)
+		}
+	}
+	if recs, err := st.AddressesOf(ctx, b); err != nil || len(recs) != 1 || recs[0].Addr != ip("10.0.0.10") || recs[0].Parent != b {
+		t.Errorf("AddressesOf(b) beside a's damage = %+v, %v; want 10.0.0.10 alone", recs, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := rawDump(t, path)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("key %q changed: %x, was %x", k, after[k], v)
+		}
+	}
+
+	// An index entry of a that no record backs: nothing is held to leave
+	// out, and the file is inconsistent.
+	rawPut(t, path, []byte("owners"), ownerKey(a, addrKey(ip("10.0.0.12"))), nil)
+	st = mustOpen(t, path)
+	defer st.Close()
+	recs, err = st.AddressesOf(ctx, a)
+	var ce *bolt.CorruptError
+	if recs != nil || errors.As(err, &se) || !errors.As(err, &ce) || ce.Bucket != "owners" {
+		t.Fatalf("AddressesOf(a) with an entry of no record: %+v, %v; want none and a *CorruptError in owners", recs, err)
+	}
+}

@@ -18,9 +18,10 @@ import (
 // TestCorruptValues puts garbage under a CIDR key, an address key and a
 // layout-1 owner key, and under keys that are no address: reads report a
 // *CorruptError naming the key (AddressesOf, which cannot tell whose a
-// corrupt record is, names it whatever the owner asked for; the owner key is
-// never read), and the watch, from its first snapshot on, reports them to
-// the error handler, leaves the CIDR out and goes on. Nothing panics.
+// corrupt record is, names it in a *store.SkippedError whatever the owner
+// asked for; the owner key is never read), and the watch, from its first
+// snapshot on, reports them to the error handler, leaves the CIDR out and
+// goes on. Nothing panics.
 func TestCorruptValues(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	c := startCluster(t, 1)
@@ -112,9 +113,9 @@ func TestCorruptValues(t *testing.T) {
 		return len(cidrs) == 1 && strings.HasPrefix(cidrs[0], "bad@")
 	})
 
-	// The owner index, following the same writes, names the first corrupt
-	// key until the corrupt records are gone; the garbage owner key is not
-	// read at all.
+	// The owner index, following the same writes, names the corrupt keys,
+	// the first in key order first, until they are gone; the garbage owner
+	// key is not read at all.
 	_, err = s.AddressesOf(ctx, owner)
 	checkCorrupt(t, err, addrKey)
 	for _, key := range []string{addrKey, addr2Key} {

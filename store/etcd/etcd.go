@@ -38,8 +38,9 @@
 // or record it resembles. Prefixes are read as written, never masked.
 // ListAddresses leaves out the address records it cannot decode and
 // returns the others, with a *store.SkippedError naming those keys: one
-// record edited by hand stops no repair pass. AddressesOf still fails
-// while one exists (see The owner index): whose it is cannot be known.
+// record edited by hand stops no repair pass. AddressesOf, which cannot
+// know whose such a record is, names every one in a *store.SkippedError
+// beside the owner's records (see The owner index).
 //
 // # Layout versions
 //
@@ -93,9 +94,10 @@
 // gives up); memory for every address (about 360 bytes, with one address
 // per owner; see TestWatchManyAddresses); one more watch event per address
 // created or deleted; and, per call, the read and a wait of about one round
-// trip. While a record that cannot be decoded exists, AddressesOf reports it
-// (*CorruptError naming its key): whose it is cannot be known, so any
-// owner's answer might lack it.
+// trip. While a record that cannot be decoded exists, every AddressesOf
+// names it in a *store.SkippedError (its Err a *CorruptError naming the
+// key), beside the owner's records that decode: whose it is cannot be
+// known, so any owner's answer might lack it.
 //
 // Layout 1 kept the index in etcd instead, as the owner keys: a linearizable
 // range read per call and nothing in memory, but one more put in every
@@ -1098,7 +1100,10 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 // AddressesOf implements store.Store, from the owner index in this process
 // (started by the first call). It learns the current revision with one
 // linearizable read and answers once the index has caught up with it, so it
-// sees every write that completed before the call, on any client.
+// sees every write that completed before the call, on any client. A key
+// under the address prefix whose key or value does not decode might be
+// owner's: each is named in a *store.SkippedError (its Err a
+// *CorruptError), returned with owner's records.
 func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err

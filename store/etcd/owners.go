@@ -49,6 +49,14 @@ type ownedAt struct {
 	i int
 }
 
+// corruptKey is a key under the address prefix the owner index cannot
+// decode: its address (the zero Addr if the key does not decode either)
+// and why, a *CorruptError naming the key.
+type corruptKey struct {
+	addr netip.Addr
+	err  error
+}
+
 // ownerIndex maps owners to their address records, in this process. The
 // first AddressesOf starts it: a listing of the address records, values
 // included, then a watch of the address keys, until the store is closed.
@@ -66,8 +74,8 @@ type ownerIndex struct {
 	byAddr  map[netip.Addr]ownedAt
 	byOwner map[ipaddress.ParentRef]*owned
 	// corrupt holds the keys under the address prefix whose key or value
-	// cannot be decoded: their owner is unknown.
-	corrupt map[string]error
+	// cannot be decoded: their owner is unknown, so every lookup names them.
+	corrupt map[string]corruptKey
 	// wctx is the context of the running etcd watch, whose gRPC stream
 	// progress requests must go to.
 	wctx context.Context
@@ -84,7 +92,7 @@ func newOwnerIndex(s *Store) *ownerIndex {
 func (x *ownerIndex) clearLocked() {
 	x.byAddr = map[netip.Addr]ownedAt{}
 	x.byOwner = map[ipaddress.ParentRef]*owned{}
-	x.corrupt = map[string]error{}
+	x.corrupt = map[string]corruptKey{}
 }
 
 // setRevLocked records that the index reflects rev, waking waiters.
@@ -101,14 +109,14 @@ func (x *ownerIndex) setRevLocked(rev int64) {
 func (x *ownerIndex) putLocked(key string, value []byte, rev int64) {
 	a, err := addrFromKey(key, x.s.ipPfx)
 	if err != nil {
-		x.corrupt[key] = err
+		x.corrupt[key] = corruptKey{err: err}
 		return
 	}
 	x.removeLocked(a)
 	delete(x.corrupt, key)
 	r, err := recordFromKV(key, a, value, rev)
 	if err != nil {
-		x.corrupt[key] = err
+		x.corrupt[key] = corruptKey{addr: a, err: err}
 		return
 	}
 	o := x.byOwner[r.Parent]
@@ -308,18 +316,23 @@ func (x *ownerIndex) waitFor(ctx context.Context, rev int64) error {
 	}
 }
 
-// lookup returns owner's records, in address order, or the first corrupt
-// key's error if any record cannot be decoded (it might be owner's).
+// lookup returns owner's records, in address order, and a
+// *store.SkippedError naming every key that cannot be decoded, in key order:
+// any of them might be owner's.
 func (x *ownerIndex) lookup(owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	var skipped *store.SkippedError
 	if len(x.corrupt) > 0 {
 		keys := make([]string, 0, len(x.corrupt))
 		for k := range x.corrupt {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return nil, x.corrupt[keys[0]]
+		skipped = &store.SkippedError{}
+		for _, k := range keys {
+			skipped.Skip(x.corrupt[k].addr, x.corrupt[k].err)
+		}
 	}
 	out := []ipaddress.IPAddress{}
 	if o := x.byOwner[owner]; o != nil {
@@ -328,5 +341,8 @@ func (x *ownerIndex) lookup(owner ipaddress.ParentRef) ([]ipaddress.IPAddress, e
 		}
 	}
 	slices.SortFunc(out, func(a, b ipaddress.IPAddress) int { return a.Addr.Compare(b.Addr) })
+	if skipped != nil {
+		return out, skipped
+	}
 	return out, nil
 }
