@@ -5,7 +5,9 @@
 // An address is held by at most one owner across all CIDRs and across every
 // allocator sharing the store: uniqueness is the store's create-if-absent,
 // and every creation is fenced on the revision of the CIDR it came from, so a
-// CIDR marked Terminating never receives another address. The allocator
+// CIDR marked Terminating never receives another address; a creation inside
+// a Terminating CIDR (from a live one over it) also touches it, so that a
+// removal of it decided before the address existed fails. The allocator
 // keeps only an index of the store (the used addresses, per-prefix
 // counters, the CIDRs), rebuilt from a snapshot on start and kept current by
 // the store's watch. Dynamic allocation never scans: a prefix of up to 2^24
@@ -428,6 +430,11 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.index.Terminating()) > 0 {
+		// An address may land inside one: its create must touch it (see
+		// touchDyingLocked), which takes more than one fence.
+		return false, nil
+	}
 	// The owner is validated after the choice, so that the chosen
 	// address's slot in the store loads meanwhile (chooseNextLocked
 	// prefetches it). With an invalid owner, whatever choosing found,
@@ -653,12 +660,9 @@ func (a *Allocator) chooseAndCreate(owner ipaddress.ParentRef, reqs []request, s
 		return choices, err
 	}
 	recs := a.recBuf[:len(choices)]
-	fences := a.fenceBuf[:0]
+	fences := a.fencesLocked(a.fenceBuf[:0], choices)
 	for i, c := range choices {
 		recs[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
-		if !slices.Contains(fences, c.fence) {
-			fences = append(fences, c.fence)
-		}
 	}
 	created, err := a.locked.CreateAddressesLocked(recs, fences)
 	if err == nil {
@@ -682,14 +686,11 @@ func (a *Allocator) chooseAndCreateRemote(ctx context.Context, owner ipaddress.P
 	for _, c := range choices {
 		a.pending = append(a.pending, c.addr)
 	}
+	fences := a.fencesLocked(make([]store.Fence, 0, len(choices)), choices)
 	a.mu.Unlock()
 	recs := make([]ipaddress.IPAddress, len(choices))
-	fences := make([]store.Fence, 0, len(choices))
 	for i, c := range choices {
 		recs[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
-		if !slices.Contains(fences, c.fence) {
-			fences = append(fences, c.fence)
-		}
 	}
 	created, err := a.st.CreateAddresses(ctx, recs, fences...)
 	a.settle(choices, created)
@@ -697,6 +698,41 @@ func (a *Allocator) chooseAndCreateRemote(ctx context.Context, owner ipaddress.P
 		copy(out[:], created)
 	}
 	return choices, err
+}
+
+// fencesLocked appends to dst the fences of a create of choices: each
+// one's CIDR, once, and every Terminating CIDR holding a chosen address,
+// touched (see touchDyingLocked).
+func (a *Allocator) fencesLocked(dst []store.Fence, choices []choice) []store.Fence {
+	for _, c := range choices {
+		if !slices.Contains(dst, c.fence) {
+			dst = append(dst, c.fence)
+		}
+	}
+	for _, c := range choices {
+		dst = a.touchDyingLocked(dst, c.addr)
+	}
+	return dst
+}
+
+// touchDyingLocked appends to dst a touching fence (store.Fence.Touch) of
+// every Terminating CIDR that holds addr, unless dst has it. The address
+// comes from a live CIDR; one that also lies in a Terminating CIDR may be
+// in a part of it no live CIDR covered when its removal was decided, which
+// the decision then did not fence on: the touch gives that CIDR a new
+// revision, so the removal fails its fence and is decided again, seeing
+// the address. Without it, were the live CIDR marked too before the
+// removal, the address would be left covered by Terminating CIDRs only.
+func (a *Allocator) touchDyingLocked(dst []store.Fence, addr netip.Addr) []store.Fence {
+	for _, c := range a.index.Terminating() {
+		if !slices.ContainsFunc(c.Prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+			continue
+		}
+		if f := (store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true}); !slices.Contains(dst, f) {
+			dst = append(dst, f)
+		}
+	}
+	return dst
 }
 
 // takenAddr returns the address a create found held. It is a function of

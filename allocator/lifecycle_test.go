@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,4 +234,89 @@ func TestARemovalAReadOnlyStoreRefusesIsNotRetried(t *testing.T) {
 	if got, err := a.GetCIDR("old"); err != nil || !got.Terminating {
 		t.Fatalf("old: %+v, %v; want it still there, Terminating", got, err)
 	}
+}
+
+// hookedDelete is a memory store (its store.Locked methods included, so an
+// allocator over it takes the embedded path) whose first DeleteCIDR of the
+// CIDR named name runs then before it is carried out, as if every write
+// of then had come between the removal's decision and its write. Later
+// callers wait for then.
+type hookedDelete struct {
+	*memory.Store
+	name string
+	mu   sync.Mutex
+	then func()
+}
+
+func (s *hookedDelete) DeleteCIDR(ctx context.Context, name string, rev int64, fences ...store.Fence) error {
+	if name == s.name {
+		s.mu.Lock()
+		if f := s.then; f != nil {
+			s.then = nil
+			f()
+		}
+		s.mu.Unlock()
+	}
+	return s.Store.DeleteCIDR(ctx, name, rev, fences...)
+}
+
+// Deletion safety, beyond the reference: a Terminating CIDR goes only when
+// every address inside it is covered by a live CIDR. Its removal was
+// decided while it held no address; before the removal is written, another
+// CIDR is created over it, serves an address inside it, and is marked
+// Terminating too. The allocation touched the first CIDR (store.Fence's
+// Touch), so the stale removal fails its fence, and the decision made
+// again keeps the CIDR until the address is released: no address is left
+// covered only by Terminating CIDRs.
+func TestAnAddressInsideATerminatingCIDRKeepsItUntilReleased(t *testing.T) {
+	ctx := context.Background()
+	st := &hookedDelete{Store: memory.New(), name: "inner"}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "inner", netip.MustParsePrefix("10.0.0.0/25")); err != nil {
+		t.Fatal(err)
+	}
+	inside := netip.MustParseAddr("10.0.0.29")
+	st.then = func() {
+		// Into the store: the allocator's CreateCIDR would decide about
+		// inner again, and this runs inside a decision about it.
+		if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "outer", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := a.Allocate(ctx, inside, ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "late"}); err != nil {
+			t.Error(err)
+			return
+		}
+		// Marked by hand, for the same reason.
+		outer, err := st.GetCIDR(ctx, "outer")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		outer.Terminating = true
+		if _, err := st.UpdateCIDR(ctx, outer); err != nil {
+			t.Error(err)
+		}
+	}
+	err = a.DeleteCIDR(ctx, "inner")
+	if !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Errorf("DeleteCIDR(inner) with %s allocated inside it meanwhile = %v, want it blocked", inside, err)
+	}
+	for _, name := range []string{"inner", "outer"} {
+		if c, err := st.GetCIDR(ctx, name); err != nil || !c.Terminating {
+			t.Fatalf("%s while %s is held: %+v, %v; want it Terminating", name, inside, c, err)
+		}
+	}
+	if err := a.Release(ctx, inside); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "both CIDRs removed once the address is released", func() bool {
+		_, errInner := st.GetCIDR(ctx, "inner")
+		_, errOuter := st.GetCIDR(ctx, "outer")
+		return errors.Is(errInner, store.ErrNotFound) && errors.Is(errOuter, store.ErrNotFound)
+	})
 }
