@@ -87,10 +87,12 @@ func BenchmarkAllocRelease(b *testing.B) {
 // table; in an array indexed by address (floor-dense), the least for a
 // record per address at all; and that array with an owner index
 // (floor-indexed), the least for records an owner's addresses can be
-// listed from, as netipam's AddressesOf does.
+// listed from, as netipam's AddressesOf does. Beside the last, netipam
+// with its store's owner index kept (netipam-indexed): BenchmarkAllocRelease's
+// netipam never looks up by owner, so its memory store keeps none.
 func BenchmarkAllocReleaseFloor(b *testing.B) {
 	defer dropFixture()
-	for _, impl := range []string{ImplFloor, ImplFloorDense, ImplFloorIndexed} {
+	for _, impl := range []string{ImplFloor, ImplFloorDense, ImplFloorIndexed, ImplNetipamIndexed} {
 		for _, p := range []netip.Prefix{p16, p12} {
 			for _, pct := range fills {
 				b.Run(fmt.Sprintf("impl=%s/prefix=%d/fill=%s", impl, p.Bits(), fmtFill(pct)), func(b *testing.B) {
@@ -502,7 +504,8 @@ func heapInUse() uint64 {
 // own Service (name 32 bytes, kept by the store). One operation allocates
 // all N; B/addr is the heap growth over N. prefix=12 leaves the used
 // addresses in long runs; prefix=64 scatters them, one run each (the
-// allocator index's worst case). The peers for reference: the bitmap
+// allocator index's worst case). netipam-indexed is netipam with the
+// store's owner index kept, as after a first AddressesOf. The peers for reference: the bitmap
 // costs one bit per address of the range whatever is allocated; the
 // IPAddress row counts an API object per address twice, once in the fake
 // clientset (standing in for etcd) and once in the informer cache, and is
@@ -515,7 +518,7 @@ func BenchmarkHeapPerAddr(b *testing.B) {
 		impl   string
 		prefix netip.Prefix
 		n      int
-	}{{ImplNetipam, p12, n}, {ImplNetipam, p64, n}, {ImplBitmap, p12, n}, {ImplIPAddress, p16, 10e3}}
+	}{{ImplNetipam, p12, n}, {ImplNetipam, p64, n}, {ImplNetipamIndexed, p12, n}, {ImplNetipamIndexed, p64, n}, {ImplBitmap, p12, n}, {ImplIPAddress, p16, 10e3}}
 	for _, c := range cases {
 		b.Run(fmt.Sprintf("impl=%s/prefix=%d/n=%s", c.impl, c.prefix.Bits(), fmtCount(c.n)), func(b *testing.B) {
 			var perAddr float64
@@ -529,10 +532,15 @@ func BenchmarkHeapPerAddr(b *testing.B) {
 				before := heapInUse()
 				b.StartTimer()
 				switch c.impl {
-				case ImplNetipam:
+				case ImplNetipam, ImplNetipamIndexed:
 					nx, err := NewNetipam(c.prefix, allocator.RandomStart(nil))
 					if err != nil {
 						b.Fatal(err)
+					}
+					if c.impl == ImplNetipamIndexed {
+						if err := nx.IndexOwners(); err != nil {
+							b.Fatal(err)
+						}
 					}
 					fam := ipaddress.FamilyOf(c.prefix.Addr())
 					for j := range c.n {

@@ -42,8 +42,13 @@ import (
 const (
 	ImplNetipam    = "netipam"     // default strategy: random start, as Kubernetes
 	ImplNetipamSeq = "netipam-seq" // Sequential strategy: lowest free address
-	ImplBitmap     = "k8s-bitmap"
-	ImplIPAddress  = "k8s-ipaddress"
+	// ImplNetipamIndexed is ImplNetipam over a store whose owner index is
+	// kept (the memory store builds it on the first AddressesOf, and keeps
+	// it from then on): what an embedder that looks records up by owner
+	// pays per allocation.
+	ImplNetipamIndexed = "netipam-indexed"
+	ImplBitmap         = "k8s-bitmap"
+	ImplIPAddress      = "k8s-ipaddress"
 )
 
 // Allocator is what the benchmarks drive: one prefix, one owner per call.
@@ -68,6 +73,12 @@ func New(impl string, prefix netip.Prefix) (Allocator, error) {
 		return NewNetipam(prefix, allocator.RandomStart(nil))
 	case ImplNetipamSeq:
 		return NewNetipam(prefix, allocator.Sequential())
+	case ImplNetipamIndexed:
+		n, err := NewNetipam(prefix, allocator.RandomStart(nil))
+		if err != nil {
+			return nil, err
+		}
+		return n, n.IndexOwners()
 	case ImplBitmap:
 		return NewBitmap(prefix)
 	case ImplIPAddress:
@@ -200,6 +211,13 @@ func NewNetipam(prefix netip.Prefix, strategy allocator.Strategy) (*Netipam, err
 		return nil, err
 	}
 	return n, n.open()
+}
+
+// IndexOwners has the store build its owner index, by looking records up
+// by owner once; every write keeps it from then on.
+func (n *Netipam) IndexOwners() error {
+	_, err := n.Store.AddressesOf(context.Background(), Owner(0))
+	return err
 }
 
 func (n *Netipam) open() error {

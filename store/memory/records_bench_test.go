@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/netipam/netipam/ipaddress"
 )
@@ -50,9 +51,13 @@ func benchOwner(i int) ipaddress.ParentRef {
 
 var benchNamespaces = []string{"default", "kube-system", "payments", "ingress", "monitoring", "team-a", "team-b", "team-c"}
 
-// fillRecords puts the addresses 0..n-1.
-func fillRecords(v6 bool, n int) *records {
+// fillRecords puts the addresses 0..n-1, keeping the owner index from
+// the first if indexed (as after a lookup by owner), else none.
+func fillRecords(v6 bool, n int, indexed bool) *records {
 	r := newRecords()
+	if indexed {
+		r.indexOwners()
+	}
 	for i := range n {
 		r.put(benchAddr(v6, i), benchOwner(i), 1700000000+int64(i), int64(i+1))
 	}
@@ -64,28 +69,42 @@ var families = []struct {
 	v6   bool
 }{{"ipv4", false}, {"ipv6", true}}
 
+// indexings are the owner index's two states: none kept, as until the first
+// lookup by owner, and kept by every write, as after it.
+var indexings = []struct {
+	name    string
+	indexed bool
+}{{"owners=unindexed", false}, {"owners=indexed", true}}
+
+// eachCase runs fn for each family and indexing.
+func eachCase(b *testing.B, fn func(b *testing.B, v6, indexed bool)) {
+	for _, f := range families {
+		for _, x := range indexings {
+			b.Run(f.name+"/"+x.name, func(b *testing.B) { fn(b, f.v6, x.indexed) })
+		}
+	}
+}
+
 // BenchmarkRecordsPutDelete slides a window of benchRecords live records:
 // one op deletes the oldest record and puts a new one, so the table stays
 // at a constant size while every slot and the name arena churn.
 func BenchmarkRecordsPutDelete(b *testing.B) {
-	for _, f := range families {
-		b.Run(f.name, func(b *testing.B) {
-			r := fillRecords(f.v6, benchRecords)
-			lo := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, ok := r.delete(benchAddr(f.v6, lo)); !ok {
-					b.Fatalf("record %d missing", lo)
-				}
-				hi := lo + benchRecords
-				r.put(benchAddr(f.v6, hi), benchOwner(hi), 1700000000, int64(hi+1))
-				lo++
+	eachCase(b, func(b *testing.B, v6, indexed bool) {
+		r := fillRecords(v6, benchRecords, indexed)
+		lo := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := r.delete(benchAddr(v6, lo)); !ok {
+				b.Fatalf("record %d missing", lo)
 			}
-			if r.len() != benchRecords {
-				b.Fatalf("len %d, want %d", r.len(), benchRecords)
-			}
-		})
-	}
+			hi := lo + benchRecords
+			r.put(benchAddr(v6, hi), benchOwner(hi), 1700000000, int64(hi+1))
+			lo++
+		}
+		if r.len() != benchRecords {
+			b.Fatalf("len %d, want %d", r.len(), benchRecords)
+		}
+	})
 }
 
 // BenchmarkRecordsHeavyOwner deletes and puts back a random record of an
@@ -95,6 +114,7 @@ func BenchmarkRecordsHeavyOwner(b *testing.B) {
 	for _, n := range []int{1 << 10, 1 << 16} {
 		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
 			r := newRecords()
+			r.indexOwners() // what must not grow with n
 			owner := ipaddress.ParentRef{Resource: "services", Namespace: "lb", Name: "pool"}
 			for i := range n {
 				r.put(benchAddr(false, i), owner, 1700000000, int64(i+1))
@@ -118,7 +138,7 @@ func BenchmarkRecordsHeavyOwner(b *testing.B) {
 func BenchmarkRecordsGet(b *testing.B) {
 	for _, f := range families {
 		b.Run(f.name, func(b *testing.B) {
-			r := fillRecords(f.v6, benchRecords)
+			r := fillRecords(f.v6, benchRecords, false)
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
@@ -135,20 +155,18 @@ func BenchmarkRecordsGet(b *testing.B) {
 // holds, per record, names included (the owner names are 32 bytes). Run it
 // with -benchtime=1x: every iteration builds a whole table.
 func BenchmarkRecordsHeap(b *testing.B) {
-	for _, f := range families {
-		b.Run(f.name, func(b *testing.B) {
-			var per float64
-			for b.Loop() {
-				per = heapPerRecord(f.v6, benchRecords)
-			}
-			b.ReportMetric(per, "B/record")
-		})
-	}
+	eachCase(b, func(b *testing.B, v6, indexed bool) {
+		var per float64
+		for b.Loop() {
+			per = heapPerRecord(v6, benchRecords, indexed)
+		}
+		b.ReportMetric(per, "B/record")
+	})
 }
 
-func heapPerRecord(v6 bool, n int) float64 {
+func heapPerRecord(v6 bool, n int, indexed bool) float64 {
 	before := settledHeap()
-	r := fillRecords(v6, n)
+	r := fillRecords(v6, n, indexed)
 	after := settledHeap()
 	runtime.KeepAlive(r)
 	return float64(int64(after)-int64(before)) / float64(n)
@@ -165,12 +183,32 @@ func settledHeap() uint64 {
 // BenchmarkRecordsFill puts benchRecords records into an empty table, growth
 // included; ns/op is per record.
 func BenchmarkRecordsFill(b *testing.B) {
+	eachCase(b, func(b *testing.B, v6, indexed bool) {
+		for b.Loop() {
+			fillRecords(v6, benchRecords, indexed)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchRecords), "ns/record")
+	})
+}
+
+// BenchmarkRecordsIndexOwners is the first lookup by owner in a store of
+// benchRecords records: the owner index built from them all, which the
+// lookup waits for, with the store locked. Metric: ns/record.
+func BenchmarkRecordsIndexOwners(b *testing.B) {
 	for _, f := range families {
 		b.Run(f.name, func(b *testing.B) {
-			for b.Loop() {
-				fillRecords(f.v6, benchRecords)
+			var took time.Duration
+			for range b.N {
+				b.StopTimer()
+				r := fillRecords(f.v6, benchRecords, false)
+				b.StartTimer()
+				start := time.Now()
+				if got := r.of(benchOwner(0)); len(got) != 1 {
+					b.Fatalf("of(%v) = %d records, want 1", benchOwner(0), len(got))
+				}
+				took += time.Since(start)
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchRecords), "ns/record")
+			b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*benchRecords), "ns/record")
 		})
 	}
 }

@@ -96,7 +96,10 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 	if len(r.morePos) != inMore {
 		t.Fatalf("morePos has %d entries, more %d", len(r.morePos), inMore)
 	}
-	checkOwnersOf(t, r, model, recordsOwners)
+	if !r.ownersIndexed && (r.owners.n != 0 || inMore != 0) {
+		t.Fatalf("no lookup by owner yet, but the owner index holds %d records", r.owners.n+inMore)
+	}
+	checkOwnersOf(t, r, model, recordsOwners) // which builds the index if need be
 }
 
 // checkTable checks the invariants of tb: a control byte is full exactly
@@ -394,6 +397,7 @@ func TestRecordsHeavyOwner(t *testing.T) {
 func TestRecordsChurnStaysBounded(t *testing.T) {
 	const n = 10_000
 	r := newRecords()
+	r.indexOwners() // the owner table churns too
 	addr := func(i int) netip.Addr {
 		if i%3 == 0 {
 			return netip.AddrFrom16([16]byte{0xfd, 8: byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
@@ -435,7 +439,16 @@ func TestRecordsChurnStaysBounded(t *testing.T) {
 // have grown, and delete and get only the copy of the name they return; a
 // put after a delete of the same size reuses its bytes.
 func TestRecordsDoNotAllocate(t *testing.T) {
+	for _, indexed := range []bool{false, true} {
+		t.Run(fmt.Sprint("ownersIndexed=", indexed), func(t *testing.T) { recordsDoNotAllocate(t, indexed) })
+	}
+}
+
+func recordsDoNotAllocate(t *testing.T, indexed bool) {
 	r := newRecords()
+	if indexed {
+		r.indexOwners()
+	}
 	addrs := []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("fd00::1:2:3")}
 	p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "payments-api-0000000000000000001"}
 	for i := range 1000 {
@@ -751,6 +764,7 @@ func TestTheLastScopeIsToldApartByContent(t *testing.T) {
 		{"no group", ipaddress.ParentRef{Resource: p.Resource, Namespace: ns, Name: "a"}, false},
 	} {
 		r := newRecords()
+		r.indexOwners() // so that knownOwnerKey hashes the name too
 		r.put(netip.MustParseAddr("10.0.0.1"), p, 1, 1)
 		want, _ := r.knownScope(p)
 		got, known := r.knownScope(tc.q)
@@ -874,4 +888,72 @@ func TestFindTellsApartAddressesThatDifferInOneByte(t *testing.T) {
 			t.Errorf("has(%s) = true for an address never put", a)
 		}
 	}
+}
+
+// TestTheOwnerIndexIsBuiltByTheFirstLookupByOwner: until the first of,
+// writes keep no owner index (nothing in owners or more); that lookup
+// builds it from every record, whatever came before it (deletions,
+// replacements, a compaction, an owner with more records than the table
+// holds per owner), and every write from then on keeps it.
+func TestTheOwnerIndexIsBuiltByTheFirstLookupByOwner(t *testing.T) {
+	r := newRecords()
+	r.compactAt = 0 // compactions along the way
+	model := map[netip.Addr]ipaddress.IPAddress{}
+	rng := rand.New(rand.NewPCG(5, 6))
+	rev := int64(0)
+	churn := func(steps int) {
+		for range steps {
+			a := recordsPool[rng.IntN(len(recordsPool))]
+			if !a.IsValid() || a.Is4In6() || a.IsUnspecified() {
+				continue
+			}
+			p := recordsOwners[rng.IntN(len(recordsOwners))]
+			rev++
+			_, held := model[a]
+			switch {
+			case held && rng.IntN(3) == 0:
+				if !r.replace(a, p, 1700000000, rev) {
+					t.Fatalf("replace(%s) refused", a)
+				}
+			case held:
+				r.delete(a)
+				delete(model, a)
+				continue
+			default:
+				r.put(a, p, 1700000000, rev)
+			}
+			model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(1700000000), Revision: rev}
+		}
+	}
+	churn(3000)
+	heavy := recordsOwners[0]
+	for i := range 2 * ownerSlots * 3 { // past what the table holds per owner
+		a := netip.AddrFrom4([4]byte{192, 168, 0, byte(i + 1)})
+		rev++
+		r.put(a, heavy, 1700000000, rev)
+		model[a] = ipaddress.IPAddress{Addr: a, Parent: heavy, Created: unixTime(1700000000), Revision: rev}
+	}
+	if r.ownersIndexed || r.owners.n != 0 || len(r.more) != 0 || len(r.morePos) != 0 {
+		t.Fatalf("before any lookup by owner: indexed %v, %d in the table, %d in more", r.ownersIndexed, r.owners.n, len(r.morePos))
+	}
+	if got := len(r.of(heavy)); !r.ownersIndexed || got != len(ownersIn(model, heavy)) {
+		t.Fatalf("the first of(heavy): %d records (indexed %v), model %d", got, r.ownersIndexed, len(ownersIn(model, heavy)))
+	}
+	if len(r.morePos) == 0 {
+		t.Fatalf("the heavy owner's %d records fill no more", len(ownersIn(model, heavy)))
+	}
+	checkRecords(t, r, model)
+	churn(3000)
+	checkRecords(t, r, model)
+}
+
+// ownersIn returns the addresses p holds in model.
+func ownersIn(model map[netip.Addr]ipaddress.IPAddress, p ipaddress.ParentRef) []netip.Addr {
+	var out []netip.Addr
+	for a, rec := range model {
+		if rec.Parent == p {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -31,7 +31,7 @@ func TestTablesWrapAndCountOverflows(t *testing.T) {
 		r.seed, r.ownerKeys, r.mask = 1, [2]uint64{2, 3}, wrapMask
 		tb := r.table(benchAddr(v6, 0))
 		*tb = newTable(false, size)
-		r.owners = newTable(true, size)
+		r.owners, r.ownersIndexed = newTable(true, size), true // the index of no records
 		sid := r.scopeID(ipaddress.ParentRef{Resource: "services", Namespace: "wrap"})
 
 		pick := func(home func(i int) int) []int {
@@ -188,6 +188,7 @@ func TestTablesChurnKeepsTheirSize(t *testing.T) {
 	const n, rounds = 300, 40
 	r := newRecords()
 	r.mask = wrapMask
+	r.indexOwners() // from the first put: the owner table churns too
 	addr := func(i int) netip.Addr {
 		if i%3 == 0 {
 			return netip.AddrFrom16([16]byte{0xfd, 12: byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
