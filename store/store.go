@@ -207,7 +207,8 @@ type Store interface {
 	// DeleteAddressAt return ErrNotFound for an address CreateAddresses
 	// would refuse (zero, zoned, IPv4-mapped): no record can have it.
 	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
-	// AddressesOf returns the records held by owner, through an index.
+	// AddressesOf returns the records held by owner, in address order
+	// (IPv4 first), through an index.
 	//
 	// A record the store holds but cannot decode, and that might be
 	// owner's, does not hide owner's others: when such records are the

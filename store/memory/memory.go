@@ -580,7 +580,9 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	return s.addrs.of(owner), nil
+	recs := s.addrs.of(owner)
+	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	return recs, nil
 }
 
 // ListAddresses implements store.Store.

@@ -482,8 +482,18 @@ func testOwnerIndex(t *testing.T, s store.Store) {
 			}
 			out = append(out, r.Addr)
 		}
-		slices.SortFunc(out, netip.Addr.Compare)
+		if !slices.IsSortedFunc(out, netip.Addr.Compare) {
+			t.Fatalf("AddressesOf(%s) = %v, not in address order", name, out)
+		}
 		return out
+	}
+	// More than a few, created out of order, so that an order the index
+	// happens to keep does not pass for address order.
+	for _, a := range []string{"10.0.0.9", "10.0.0.4", "10.0.0.7", "10.0.0.3", "10.0.0.8"} {
+		mustAddr(t, s, a, "many")
+	}
+	if got := addrsOf("many"); !slices.Equal(got, []netip.Addr{ip("10.0.0.3"), ip("10.0.0.4"), ip("10.0.0.7"), ip("10.0.0.8"), ip("10.0.0.9")}) {
+		t.Fatalf("AddressesOf(many) = %v", got)
 	}
 	if got := addrsOf("a"); !slices.Equal(got, []netip.Addr{ip("10.0.0.1"), ip("fd00::1")}) {
 		t.Fatalf("AddressesOf(a) = %v", got)
