@@ -214,9 +214,8 @@ type Store interface {
 	// owner's, does not hide owner's others: when such records are the
 	// only problem, AddressesOf returns owner's other records and a
 	// *SkippedError naming them (the first MaxSkipped in key order, and a
-	// count of the rest). Which might be owner's depends on the store: in
-	// etcd any it cannot decode, as the owner is in the value; in bolt
-	// those its owner index files under owner. That error matches
+	// count of the rest). Which might be owner's is for each store to say
+	// (etcd: any, as the owner is in the value). That error matches
 	// ErrCorrupt, so a caller that takes any error for failure stays
 	// right; one that acts on each record of owner (a release) must not
 	// take those returned for all. Any other error returns no records.
