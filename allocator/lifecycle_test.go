@@ -236,13 +236,14 @@ func TestARemovalAReadOnlyStoreRefusesIsNotRetried(t *testing.T) {
 	}
 }
 
-// hookedDelete is a memory store (its store.Locked methods included, so an
-// allocator over it takes the embedded path) whose first DeleteCIDR of the
-// CIDR named name runs then before it is carried out, as if every write
-// of then had come between the removal's decision and its write. Later
-// callers wait for then.
+// hookedDelete is a store whose first DeleteCIDR of the CIDR named name
+// runs then before it is carried out, as if every write of then had come
+// between the removal's decision and its write. Later callers wait for
+// then. It hides a memory store's store.Locked methods (the allocator
+// then takes the path of a remote store) unless they are put back beside
+// it (lockedHooked).
 type hookedDelete struct {
-	*memory.Store
+	store.Store
 	name string
 	mu   sync.Mutex
 	then func()
@@ -260,6 +261,22 @@ func (s *hookedDelete) DeleteCIDR(ctx context.Context, name string, rev int64, f
 	return s.Store.DeleteCIDR(ctx, name, rev, fences...)
 }
 
+// lockedHooked is hookedDelete with the memory store's store.Locked
+// methods: the allocator takes the embedded path.
+type lockedHooked struct {
+	*hookedDelete
+	lockedOnly
+}
+
+// lockedOnly is store.Locked without store.Store, whose methods
+// hookedDelete has.
+type lockedOnly interface {
+	Mutex() *sync.Mutex
+	CreateAddressesLocked(recs []ipaddress.IPAddress, fences []store.Fence) ([]ipaddress.IPAddress, error)
+	CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error)
+	DeleteAddressLocked(addr netip.Addr, self store.Watcher) (int64, error)
+}
+
 // Deletion safety, beyond the reference: a Terminating CIDR goes only when
 // every address inside it is covered by a live CIDR. Its removal was
 // decided while it held no address; before the removal is written, another
@@ -267,11 +284,23 @@ func (s *hookedDelete) DeleteCIDR(ctx context.Context, name string, rev int64, f
 // Terminating too. The allocation touched the first CIDR (store.Fence's
 // Touch), so the stale removal fails its fence, and the decision made
 // again keeps the CIDR until the address is released: no address is left
-// covered only by Terminating CIDRs.
+// covered only by Terminating CIDRs. Over a store.Locked store and over
+// one without it.
 func TestAnAddressInsideATerminatingCIDRKeepsItUntilReleased(t *testing.T) {
+	for _, locked := range []bool{true, false} {
+		t.Run(fmt.Sprint("locked=", locked), func(t *testing.T) { anAddressInsideATerminatingCIDR(t, locked) })
+	}
+}
+
+func anAddressInsideATerminatingCIDR(t *testing.T, locked bool) {
 	ctx := context.Background()
-	st := &hookedDelete{Store: memory.New(), name: "inner"}
-	a, err := allocator.New(ctx, st)
+	mem := memory.New()
+	st := &hookedDelete{Store: mem, name: "inner"}
+	var over store.Store = st
+	if locked {
+		over = lockedHooked{st, mem}
+	}
+	a, err := allocator.New(ctx, over)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +312,12 @@ func TestAnAddressInsideATerminatingCIDRKeepsItUntilReleased(t *testing.T) {
 	st.then = func() {
 		// Into the store: the allocator's CreateCIDR would decide about
 		// inner again, and this runs inside a decision about it.
-		if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "outer", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); err != nil {
+		c, err := mem.CreateCIDR(ctx, cidrset.CIDR{Name: "outer", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := a.WaitRevision(ctx, c.Revision); err != nil {
 			t.Error(err)
 			return
 		}
@@ -292,13 +326,13 @@ func TestAnAddressInsideATerminatingCIDRKeepsItUntilReleased(t *testing.T) {
 			return
 		}
 		// Marked by hand, for the same reason.
-		outer, err := st.GetCIDR(ctx, "outer")
+		c, err = mem.GetCIDR(ctx, "outer")
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		outer.Terminating = true
-		if _, err := st.UpdateCIDR(ctx, outer); err != nil {
+		c.Terminating = true
+		if _, err := mem.UpdateCIDR(ctx, c); err != nil {
 			t.Error(err)
 		}
 	}
@@ -307,7 +341,7 @@ func TestAnAddressInsideATerminatingCIDRKeepsItUntilReleased(t *testing.T) {
 		t.Errorf("DeleteCIDR(inner) with %s allocated inside it meanwhile = %v, want it blocked", inside, err)
 	}
 	for _, name := range []string{"inner", "outer"} {
-		if c, err := st.GetCIDR(ctx, name); err != nil || !c.Terminating {
+		if c, err := mem.GetCIDR(ctx, name); err != nil || !c.Terminating {
 			t.Fatalf("%s while %s is held: %+v, %v; want it Terminating", name, inside, c, err)
 		}
 	}
@@ -315,8 +349,8 @@ func TestAnAddressInsideATerminatingCIDRKeepsItUntilReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "both CIDRs removed once the address is released", func() bool {
-		_, errInner := st.GetCIDR(ctx, "inner")
-		_, errOuter := st.GetCIDR(ctx, "outer")
+		_, errInner := mem.GetCIDR(ctx, "inner")
+		_, errOuter := mem.GetCIDR(ctx, "outer")
 		return errors.Is(errInner, store.ErrNotFound) && errors.Is(errOuter, store.ErrNotFound)
 	})
 }
