@@ -957,3 +957,35 @@ func ownersIn(model map[netip.Addr]ipaddress.IPAddress, p ipaddress.ParentRef) [
 	}
 	return out
 }
+
+// WithOwnerIndex: the store keeps its owner index from the first record,
+// with no lookup by owner; without it, it keeps none until one.
+func TestWithOwnerIndexKeepsTheIndexFromTheStart(t *testing.T) {
+	ctx := t.Context()
+	for _, indexed := range []bool{false, true} {
+		var opts []Option
+		if indexed {
+			opts = append(opts, WithOwnerIndex())
+		}
+		s := New(opts...)
+		recs := []ipaddress.IPAddress{
+			{Addr: netip.MustParseAddr("10.0.0.1"), Parent: recordsOwners[0]},
+			{Addr: netip.MustParseAddr("fd00::1"), Parent: recordsOwners[0]},
+			{Addr: netip.MustParseAddr("10.0.0.2"), Parent: recordsOwners[1]},
+		}
+		if _, err := s.CreateAddresses(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if indexed {
+			want = len(recs)
+		}
+		if got := s.addrs.owners.n + len(s.addrs.morePos); s.addrs.ownersIndexed != indexed || got != want {
+			t.Fatalf("WithOwnerIndex %v: indexed %v, %d records in the owner index; want %v, %d", indexed, s.addrs.ownersIndexed, got, indexed, want)
+		}
+		got, err := s.AddressesOf(ctx, recordsOwners[0])
+		if err != nil || len(got) != 2 || got[0].Addr != recs[0].Addr || got[1].Addr != recs[1].Addr {
+			t.Fatalf("WithOwnerIndex %v: AddressesOf = %+v, %v", indexed, got, err)
+		}
+	}
+}
