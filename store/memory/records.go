@@ -650,35 +650,44 @@ func (r *records) indexOwners() {
 	r.owners = newTable(true, r.owners.sizeFor(r.len()))
 	r.more, r.morePos = map[uint64][]uint32{}, map[uint32]uint32{}
 	var (
-		offs  [64]uint32
-		hs    [64]uint64
-		sids  [64]uint32
-		names [64]string
+		offs  [batchLen]uint32
+		hs    [batchLen]uint64
+		sids  [batchLen]uint32
+		names [batchLen]string
 	)
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {
-		for i := 0; i < t.span(); {
-			n := 0
-			for ; i < t.span() && n < len(offs); i++ {
-				if off := t.off(i); off != 0 {
-					offs[n] = off
-					n++
-				}
-			}
+		for i, n := t.batch(0, nil, offs[:]); n > 0; i, n = t.batch(i, nil, offs[:]) {
 			r.arena.touch(offs[:n])
 			for k, off := range offs[:n] {
 				sids[k], names[k], _ = ownerOf(r.arena.bytes(off))
 				hs[k] = r.ownerHash(sids[k], names[k])
 			}
-			var x uint64
-			for _, h := range hs[:n] {
-				x |= uint64(r.owners.slots[r.home(&r.owners, h)*groupWords])
-			}
-			r.arena.sink |= byte(x)
+			r.touchHomes(&r.owners, hs[:n])
 			for k, off := range offs[:n] {
 				r.addOwner(hs[k], sids[k], names[k], off)
 			}
 		}
 	}
+}
+
+// batchLen is how many entries the loops over a whole table (rehash,
+// compact, indexOwners) take at a time: their loads are issued together.
+const batchLen = 64
+
+// batch fills offs with the offsets of t's entries from slot index i on,
+// and slots, unless nil, with their slot indexes, up to len(offs) of
+// them; it returns the slot index to go on from and how many it filled.
+func (t *offTable) batch(i int, slots []int, offs []uint32) (next, n int) {
+	for ; i < t.span() && n < len(offs); i++ {
+		if off := t.off(i); off != 0 {
+			if slots != nil {
+				slots[n] = i
+			}
+			offs[n] = off
+			n++
+		}
+	}
+	return i, n
 }
 
 // all calls fn for every record, in no order.
@@ -709,8 +718,8 @@ func (r *records) compact() {
 		r.owners = newTable(true, osize)
 		r.more, r.morePos = map[uint64][]uint32{}, map[uint32]uint32{}
 	}
-	var slots [64]int
-	var offs [64]uint32
+	var slots [batchLen]int
+	var offs [batchLen]uint32
 	for _, t := range [...]*offTable{&r.v4, &r.v6} {
 		src := t
 		if small := t.sizeFor(t.n); small < t.size/4 {
@@ -718,14 +727,7 @@ func (r *records) compact() {
 			src = &cp
 			*t = newTable(false, small)
 		}
-		for i := 0; i < src.span(); {
-			n := 0
-			for ; i < src.span() && n < len(slots); i++ {
-				if off := src.off(i); off != 0 {
-					slots[n], offs[n] = i, off
-					n++
-				}
-			}
+		for i, n := src.batch(0, slots[:], offs[:]); n > 0; i, n = src.batch(i, slots[:], offs[:]) {
 			old.touch(offs[:n])
 			for k, i := range slots[:n] {
 				b := old.bytes(offs[k])
@@ -1049,8 +1051,8 @@ func (r *records) reserve(t *offTable) {
 func (r *records) rehash(t *offTable, size int) {
 	old := *t
 	*t = newTable(old.owners, size)
-	var offs [64]uint32
-	var hs [64]uint64
+	var offs [batchLen]uint32
+	var hs [batchLen]uint64
 	n := 0
 	// The owner table holds one slot per owner, not per entry: it is
 	// always rebuilt from its own slots.
@@ -1080,23 +1082,13 @@ func (r *records) rehash(t *offTable, size int) {
 		}
 		return
 	}
-	flush := func() {
+	for i, n := old.batch(0, nil, offs[:]); n > 0; i, n = old.batch(i, nil, offs[:]) {
 		r.arena.touch(offs[:n])
 		for k := range n {
 			hs[k] = r.entryHash(&old, offs[k])
 		}
 		r.insertBatch(t, hs[:n], offs[:n])
-		n = 0
 	}
-	for i := range old.span() {
-		if off := old.off(i); off != 0 {
-			offs[n] = off
-			if n++; n == len(offs) {
-				flush()
-			}
-		}
-	}
-	flush()
 }
 
 // home returns the home group of hash h in t.
@@ -1124,14 +1116,20 @@ func (r *records) insert(t *offTable, h uint64, off uint32) {
 // insertBatch inserts offs[k] under hash hs[k] into t, first loading the
 // home control words all at once (see arena.touch).
 func (r *records) insertBatch(t *offTable, hs []uint64, offs []uint32) {
+	r.touchHomes(t, hs)
+	for k, h := range hs {
+		r.insert(t, h, offs[k])
+	}
+}
+
+// touchHomes loads the home control words in t of the hashes hs all at
+// once (see arena.touch).
+func (r *records) touchHomes(t *offTable, hs []uint64) {
 	var x uint64
 	for _, h := range hs {
 		x |= uint64(t.slots[r.home(t, h)*groupWords])
 	}
 	r.arena.sink |= byte(x)
-	for k, h := range hs {
-		r.insert(t, h, offs[k])
-	}
 }
 
 // find returns the slot of address a in its table t, or -1.
