@@ -430,11 +430,6 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.index.Terminating()) > 0 {
-		// An address may land inside one: its create must touch it (see
-		// touchDyingLocked), which takes more than one fence.
-		return false, nil
-	}
 	// The owner is validated after the choice, so that the chosen
 	// address's slot in the store loads meanwhile (chooseNextLocked
 	// prefetches it). With an invalid owner, whatever choosing found,
@@ -454,6 +449,11 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	}
 	if err != nil {
 		return true, err
+	}
+	if len(a.index.Terminating()) > 0 && len(a.touchDyingLocked(a.fenceBuf[:0], c.addr)) > 0 {
+		// Inside a Terminating CIDR: the create must touch it, which
+		// takes more than the one fence this path has.
+		return false, nil
 	}
 	rev, created, err := a.locked.CreateAddressLocked(c.addr, owner, c.fence, a.self)
 	if err != nil {
@@ -724,14 +724,15 @@ func (a *Allocator) fencesLocked(dst []store.Fence, choices []choice) []store.Fe
 // the address. Without it, were the live CIDR marked too before the
 // removal, the address would be left covered by Terminating CIDRs only.
 func (a *Allocator) touchDyingLocked(dst []store.Fence, addr netip.Addr) []store.Fence {
-	for _, c := range a.index.Terminating() {
-		if !slices.ContainsFunc(c.Prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
-			continue
-		}
-		if f := (store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true}); !slices.Contains(dst, f) {
+	if len(a.index.Terminating()) == 0 { // mostly: no lookup
+		return dst
+	}
+	a.index.Containing(addr, func(c *cidrset.CIDR, _ netip.Prefix) bool {
+		if f := (store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true}); c.Terminating && !slices.Contains(dst, f) {
 			dst = append(dst, f)
 		}
-	}
+		return true
+	})
 	return dst
 }
 
