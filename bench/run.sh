@@ -8,6 +8,9 @@
 #   COUNT=10 bench/run.sh        # more samples
 #   ONLY="alloc heap" bench/run.sh      # only some groups (names below;
 #                                       # scale: the core module's scale benchmarks)
+#   PGO=pgo/alloc.pprof bench/run.sh    # built with profile-guided optimization
+#                                       # (the profile: bench/pgo.sh; path relative
+#                                       # to bench/; not applied to the scale group)
 #
 # A run of some groups only writes everything, env.txt and tables included,
 # to results/rerun-<commit>/ (OUT=dir to choose; relative to bench/), so that its tables hold
@@ -53,8 +56,13 @@ esac
 	grep -m1 'model name' /proc/cpuinfo
 	echo "cores: $(nproc)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	if [[ -n ${PGO:-} ]]; then
+		echo "pgo: $PGO (sha256 $(sha256sum "$PGO" | cut -c1-12))"
+	else
+		echo "pgo: off"
+	fi
 } | tee "$OUT/env.txt"
-go test -c -o "$bin" .
+go test -c -pgo="${PGO:-off}" -o "$bin" .
 trap 'rm -f "$bin"' EXIT
 
 # Each group of benchmarks gets its own raw file. -count repeats each
