@@ -59,12 +59,9 @@ func TestStressMemoryChurnSparse(t *testing.T) {
 
 // Few names, fast allocator replacement: CIDR lifecycle against allocation.
 func TestStressMemoryLifecycle(t *testing.T) {
-	v := stress.Run(t, memory.New(), stress.Config{
+	v := stress.Run(t, memory.New(), stress.Lifecycle(stress.Config{
 		Allocators: 3, Workers: 6, Duration: stress.Duration(), Seed: stress.Seed(t),
 		Excluded: stress.Excluded(), StrictBands: true, Checkpoints: 4, CloseEvery: 30 * time.Millisecond, Observer: true,
-		Names: 2, Ops: []string{"next4", "next6", "static", "dual", "release", "releaseOwner", "create", "update", "delete"},
-		V4: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.0.0.0/25"), netip.MustParsePrefix("10.0.0.0/27"), netip.MustParsePrefix("10.0.0.0/23")},
-		V6: []netip.Prefix{netip.MustParsePrefix("fd00::/120"), netip.MustParsePrefix("fd00::/123")},
-	})
+	}))
 	stress.Report(t, v)
 }

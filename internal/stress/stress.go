@@ -130,6 +130,23 @@ func defaultV6() []netip.Prefix {
 	}
 }
 
+// Lifecycle returns cfg set up for a lifecycle run: two CIDR names over
+// a few nested prefixes, so that CIDRs of the same names are created,
+// updated and deleted between allocations from them (every operation but
+// ensure and dryrun). Such a run found a deletion-safety race once.
+func Lifecycle(cfg Config) Config {
+	cfg.Names = 2
+	cfg.Ops = []string{"next4", "next6", "static", "dual", "release", "releaseOwner", "create", "update", "delete"}
+	cfg.V4 = []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/24"),
+		netip.MustParsePrefix("10.0.0.0/25"),
+		netip.MustParsePrefix("10.0.0.0/27"),
+		netip.MustParsePrefix("10.0.0.0/23"),
+	}
+	cfg.V6 = []netip.Prefix{netip.MustParsePrefix("fd00::/120"), netip.MustParsePrefix("fd00::/123")}
+	return cfg
+}
+
 type apiAlloc struct {
 	addr    netip.Addr
 	rev     int64

@@ -48,3 +48,21 @@ func TestStressBoltRecreateSameName(t *testing.T) {
 	})
 	stress.Report(t, v)
 }
+
+// Few CIDR names and allocators replaced often, over bolt: SPEC §5's
+// deletion safety while CIDRs of the same names are created, updated and
+// deleted between allocations (see TestStressMemoryLifecycle, which found
+// a race of this kind, and TestStressEtcdLifecycle).
+func TestStressBoltLifecycle(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "ipam.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	v := stress.Run(t, st, stress.Lifecycle(stress.Config{
+		Allocators: 3, Workers: 6, Duration: stress.Duration(), Seed: stress.Seed(t),
+		Excluded: stress.Excluded(), Checkpoints: 3, CloseEvery: 100 * time.Millisecond, Observer: true,
+		Revision: st.Revision,
+	}))
+	stress.Report(t, v)
+}

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
@@ -40,12 +39,9 @@ func TestStressEtcdLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	v := stress.Run(t, st, stress.Config{
+	v := stress.Run(t, st, stress.Lifecycle(stress.Config{
 		Allocators: 3, Workers: 6, Duration: stress.Duration(), Seed: stress.Seed(t),
 		Excluded: stress.Excluded(), Checkpoints: 3, CloseEvery: 100 * time.Millisecond, Observer: true,
-		Names: 2, Ops: []string{"next4", "next6", "static", "dual", "release", "releaseOwner", "create", "update", "delete"},
-		V4: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.0.0.0/25"), netip.MustParsePrefix("10.0.0.0/27"), netip.MustParsePrefix("10.0.0.0/23")},
-		V6: []netip.Prefix{netip.MustParsePrefix("fd00::/120"), netip.MustParsePrefix("fd00::/123")},
-	})
+	}))
 	stress.Report(t, v)
 }
