@@ -450,6 +450,8 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	if err != nil {
 		return true, err
 	}
+	// (touchDyingLocked checks for Terminating CIDRs too; checked here
+	// first so that the common case, none, makes no call.)
 	if len(a.index.Terminating()) > 0 && len(a.touchDyingLocked(a.fenceBuf[:0], c.addr)) > 0 {
 		// Inside a Terminating CIDR: the create must touch it, which
 		// takes more than the one fence this path has.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -324,14 +325,10 @@ func (x *ownerIndex) lookup(owner ipaddress.ParentRef) ([]ipaddress.IPAddress, e
 	defer x.mu.Unlock()
 	var skipped *store.SkippedError
 	if len(x.corrupt) > 0 {
-		keys := make([]string, 0, len(x.corrupt))
-		for k := range x.corrupt {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
 		skipped = &store.SkippedError{}
-		for _, k := range keys {
-			skipped.Skip(x.corrupt[k].addr, x.corrupt[k].err)
+		for _, k := range slices.Sorted(maps.Keys(x.corrupt)) {
+			c := x.corrupt[k]
+			skipped.Skip(c.addr, c.err)
 		}
 	}
 	out := []ipaddress.IPAddress{}
