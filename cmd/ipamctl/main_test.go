@@ -344,8 +344,10 @@ func TestFamilyFlagReadsAlikeWithAndWithoutAnAddress(t *testing.T) {
 		c.ok("ip", "allocate", fmt.Sprintf("10.0.0.%d", 10+i), "--family", fam, "--parent", "services/default/static")
 		c.ok("ip", "allocate", "--family", fam, "--parent", "services/default/dynamic")
 	}
+	// Hex: fd00:10::a to ::c lie in the /120's static band, where the
+	// dynamic allocations between them never land.
 	for i, fam := range []string{"6", "ipv6", "IPv6"} {
-		c.ok("ip", "allocate", fmt.Sprintf("fd00:10::%d", 10+i), "--family", fam, "--parent", "services/default/static")
+		c.ok("ip", "allocate", fmt.Sprintf("fd00:10::%x", 10+i), "--family", fam, "--parent", "services/default/static")
 		c.ok("ip", "allocate", "--family", fam, "--parent", "services/default/dynamic")
 	}
 	for _, fam := range []string{"6", "ipv6", "dual", "5"} {
