@@ -1,0 +1,199 @@
+package allocator_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go4.org/netipx"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store/memory"
+)
+
+func service(name string) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: name}
+}
+
+// A full family refuses dynamic allocations until a CIDR with room is
+// created; the next allocation comes from it, with no restart.
+func ExampleAllocator_AllocateNext_exhaustion() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "small", netip.MustParsePrefix("10.0.0.0/30")) // offers .1 and .2
+
+	for _, name := range []string{"a", "b", "c"} {
+		r, err := a.AllocateNext(ctx, ipaddress.IPv4, service(name))
+		if err != nil {
+			fmt.Println(name, err, errors.Is(err, allocator.ErrFull))
+			continue
+		}
+		fmt.Println(name, r.Addr)
+	}
+
+	a.CreateCIDR(ctx, "more", netip.MustParsePrefix("10.0.1.0/29"))
+	r, err := a.AllocateNext(ctx, ipaddress.IPv4, service("c"))
+	fmt.Println("c", r.Addr, err)
+	// Output:
+	// a 10.0.0.1
+	// b 10.0.0.2
+	// c range is full true
+	// c 10.0.1.1 <nil>
+}
+
+// Every refusal is typed: match it with errors.Is, and take its details
+// with errors.As.
+func ExampleAllocator_Allocate_errors() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New())
+	defer a.Close()
+	a.CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.96.0.0/28"))
+
+	_, err := a.Allocate(ctx, netip.MustParseAddr("10.97.0.1"), service("web"))
+	var rangeErr *allocator.RangeError
+	if errors.As(err, &rangeErr) {
+		fmt.Println(errors.Is(err, allocator.ErrNotInRange), rangeErr.Valid)
+	}
+
+	a.Allocate(ctx, netip.MustParseAddr("10.96.0.5"), service("web"))
+	_, err = a.Allocate(ctx, netip.MustParseAddr("10.96.0.5"), service("api"))
+	fmt.Println(errors.Is(err, allocator.ErrAllocated), err)
+
+	_, err = a.Allocate(ctx, netip.MustParseAddr("10.96.0.6"), service("Not_A_DNS_Label"))
+	var fieldErr *ipaddress.FieldError
+	if errors.As(err, &fieldErr) {
+		fmt.Println(errors.Is(err, allocator.ErrInvalid), fieldErr.Field)
+	}
+	// Output:
+	// true [10.96.0.0/28]
+	// true provided IP is already allocated
+	// true spec.parentRef.name
+}
+
+// Excluded ranges are never handed out, by dynamic allocation or to a
+// static request: here the addresses a router and two appliances use.
+func ExampleWithExcluded() {
+	ctx := context.Background()
+	reserved := netipx.IPRangeFrom(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.3"))
+	a, _ := allocator.New(ctx, memory.New(),
+		allocator.WithStrategy(allocator.Sequential()),
+		allocator.WithExcluded(reserved))
+	defer a.Close()
+	a.CreateCIDR(ctx, "c", netip.MustParsePrefix("10.0.0.0/29"))
+
+	r, _ := a.AllocateNext(ctx, ipaddress.IPv4, service("web"))
+	fmt.Println(r.Addr)
+	_, err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.2"), service("api"))
+	fmt.Println(errors.Is(err, allocator.ErrExcluded))
+	u, _ := a.Usage("c")
+	fmt.Println(u.Prefixes[0].Used, u.Prefixes[0].Free)
+	// Output:
+	// 10.0.0.4
+	// true
+	// 1 2
+}
+
+// Two allocators over one store, as two apiservers over one etcd: an
+// address is held by one owner across both, and each sees the other's
+// writes.
+func ExampleNew_sharedStore() {
+	ctx := context.Background()
+	st := memory.New()
+	first, _ := allocator.New(ctx, st)
+	defer first.Close()
+	second, _ := allocator.New(ctx, st)
+	defer second.Close()
+
+	first.CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.96.0.0/24"))
+	addr := netip.MustParseAddr("10.96.0.10")
+	first.Allocate(ctx, addr, service("web"))
+
+	_, err := second.Allocate(ctx, addr, service("api"))
+	fmt.Println(errors.Is(err, allocator.ErrAllocated))
+	rec, _ := second.Get(ctx, addr)
+	fmt.Println(rec.Parent)
+
+	second.Release(ctx, addr)
+	_, err = first.Allocate(ctx, addr, service("api"))
+	fmt.Println(err)
+	// Output:
+	// true
+	// services/default/web
+	// <nil>
+}
+
+// An owner's addresses, of both families, found and released together, as
+// when a Service is deleted.
+func ExampleAllocator_ReleaseOwner() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "dual", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120"))
+	a.AllocateDualStack(ctx, service("web"), netip.Addr{}, netip.Addr{})
+	a.AllocateNext(ctx, ipaddress.IPv4, service("api"))
+
+	recs, _ := a.AddressesOf(ctx, service("web"))
+	fmt.Println(len(recs))
+	released, err := a.ReleaseOwner(ctx, service("web"))
+	fmt.Println(released, err)
+	fmt.Println(a.FamilyUsage(ipaddress.IPv4).Used, a.FamilyUsage(ipaddress.IPv6).Used)
+	// Output:
+	// 2
+	// [10.0.0.17 fd00::11] <nil>
+	// 1 0
+}
+
+// A policy of one's own: here the longest prefix serves first, so that
+// small CIDRs fill before a large one is touched.
+func ExamplePolicyFunc() {
+	ctx := context.Background()
+	smallestFirst := allocator.PolicyFunc(func(cands []allocator.Candidate) {
+		slices.SortStableFunc(cands, func(x, y allocator.Candidate) int {
+			return cmp.Compare(y.Prefix.Bits(), x.Prefix.Bits())
+		})
+	})
+	a, _ := allocator.New(ctx, memory.New(),
+		allocator.WithPolicy(smallestFirst),
+		allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "large", netip.MustParsePrefix("10.0.0.0/16"))
+	a.CreateCIDR(ctx, "small", netip.MustParsePrefix("192.168.0.0/30"))
+
+	for _, name := range []string{"a", "b", "c"} {
+		r, _ := a.AllocateNext(ctx, ipaddress.IPv4, service(name))
+		fmt.Println(name, r.Addr)
+	}
+	// The /16's first 256 addresses are its static band (KEP-3070), so its
+	// first dynamic address is 10.0.1.1.
+
+	// Output:
+	// a 192.168.0.1
+	// b 192.168.0.2
+	// c 10.0.1.1
+}
+
+// A dry run answers what a deletion would do, and writes nothing.
+func ExampleDryRun_DeleteCIDR() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New())
+	defer a.Close()
+	a.CreateCIDR(ctx, "old", netip.MustParsePrefix("10.0.0.0/24"))
+	a.CreateCIDR(ctx, "new", netip.MustParsePrefix("10.0.0.0/25"))
+	a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), service("web"))   // inside both
+	a.Allocate(ctx, netip.MustParseAddr("10.0.0.200"), service("api")) // only in old
+
+	d, _ := a.DryRun().DeleteCIDR(ctx, "old")
+	fmt.Println(d.Remove, d.Blocking)
+	d, _ = a.DryRun().DeleteCIDR(ctx, "new")
+	fmt.Println(d.Remove, d.Blocking)
+	fmt.Println(len(a.CIDRs()))
+	// Output:
+	// false [10.0.0.200]
+	// true []
+	// 2
+}
