@@ -1,13 +1,16 @@
 // Package bolt is a durable single-node store.Store: one file, written
-// through go.etcd.io/bbolt. Every write is one bbolt read-write transaction,
-// synced to disk before it returns, so every acknowledged write survives a
-// crash of the process or the machine. The file is locked while open: one
+// through go.etcd.io/bbolt. Every write is committed in a bbolt read-write
+// transaction, synced to disk before it returns, so every acknowledged
+// write survives a crash of the process or the machine. Writes made at the
+// same time share a transaction and its fsync (group commit), each at its
+// own revision and with the outcome it would have alone. The file is locked while open: one
 // process at a time (Open fails with ErrLocked for the second).
 //
 // Watchers are in-process, as in store/memory: Watch delivers a snapshot
 // read in one transaction, then every committed write in revision order,
-// called in the writing goroutine after the commit while the store's write
-// mutex is held. An allocator's index is current the moment a write
+// called after the commit, before the write returns, while the store's
+// write mutex is held, in the goroutine that committed it (another
+// writer's, when writes share a transaction). An allocator's index is current the moment a write
 // returns, and opening an existing file and watching it rebuilds the index
 // from everything in it (an allocator's cold start).
 //
@@ -17,7 +20,7 @@
 //
 //	meta    "version"  → 1 byte: the format version (1)
 //	        "revision" → 8 bytes big-endian: the store revision, that of the
-//	                     last write; one more for every write transaction
+//	                     last write; one more for every write
 //	cidrs   CIDR name                 → CIDR value
 //	addrs   address key (17 bytes)    → address value
 //	owners  owner ‖ address key       → empty (the owner index)
@@ -135,6 +138,13 @@ type Store struct {
 	// delivery of their events, and guards watchers.
 	mu       sync.Mutex
 	watchers map[*watcher]struct{}
+
+	// qmu guards the queue of writes waiting to be committed, and
+	// committing, true while a caller commits (see update).
+	qmu        sync.Mutex
+	queue      []*pendingWrite
+	committing bool
+	commits    int // transactions committed, for tests; guarded by mu
 }
 
 type watcher struct {
@@ -353,50 +363,212 @@ func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
 	return err
 }
 
+// A writeFn is one write: it runs in a read-write transaction at the
+// store revision rev, returns the events to deliver once the transaction
+// is committed, or an error, before or after writing to tx. It may be run
+// more than once (see update), so it keeps no state but what each run sets
+// afresh.
+type writeFn func(tx *bbolt.Tx, rev int64) ([]store.Event, error)
+
+// A pendingWrite is a write waiting in the queue, and its outcome.
+type pendingWrite struct {
+	fn  writeFn
+	evs []store.Event
+	// done is set once the write is committed or has failed (err).
+	done bool
+	err  error
+	// signal is sent true when the write's goroutine is to commit the
+	// queue itself, false when the write is done.
+	signal chan bool
+}
+
+// errNotRun is the outcome of a write that was queued behind a commit
+// whose goroutine panicked (in a watcher's Apply) before running it.
+var errNotRun = errors.New("bolt: write not made: a watcher panicked while an earlier write in its commit was delivered")
+
+// maxGroup bounds the writes one transaction commits, so that one
+// commit's latency stays bounded under a flood of writes.
+const maxGroup = 256
+
 // update runs fn in a write transaction at the next revision, stores that
-// revision if fn succeeds, and delivers fn's events to the watchers once the
-// transaction is committed (synced).
-func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]store.Event, error)) error {
+// revision if fn succeeds, and delivers fn's events to the watchers once
+// the transaction is committed (synced).
+//
+// Writes made at the same time share a transaction (group commit): the
+// caller that finds no commit in progress commits every write queued by
+// the time it holds the write mutex, in the order queued, each at its own
+// revision, with one fsync; writes queued meanwhile wait, and the first of
+// them commits the next group. A write is therefore acknowledged only once
+// it is on disk, as with a transaction each, and its effects and events
+// are exactly those of the writes run one after the other in queue order:
+// a write that fails leaves nothing behind and sees the writes before it
+// (see commitGroup).
+func (s *Store) update(ctx context.Context, fn writeFn) error {
 	if err := s.checkOpen(ctx); err != nil {
 		return err
 	}
+	w := &pendingWrite{fn: fn, signal: make(chan bool, 1)}
+	s.qmu.Lock()
+	s.queue = append(s.queue, w)
+	lead := !s.committing
+	s.committing = true
+	s.qmu.Unlock()
+	if !lead && !<-w.signal {
+		return w.err
+	}
+	var group []*pendingWrite
+	defer s.handOver(w, &group)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return store.ErrClosed // closed meanwhile
+	// The group is taken once the write mutex is held, so that writes
+	// queued while it was waited for join it.
+	s.qmu.Lock()
+	n := min(len(s.queue), maxGroup)
+	group = s.queue[:n:n]
+	s.queue = s.queue[n:]
+	s.qmu.Unlock()
+	s.commitGroup(group)
+	return w.err
+}
+
+// handOver ends a commit by w's goroutine: it passes the commit to the
+// first write queued meanwhile, if any, and tells the others of group
+// their outcome. It runs deferred, so that a watcher's panic leaves no
+// write waiting for ever.
+func (s *Store) handOver(w *pendingWrite, group *[]*pendingWrite) {
+	s.qmu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].signal <- true
+	} else {
+		s.committing = false
+		s.queue = nil
 	}
-	var evs []store.Event
-	err := guard(s.path, func() error {
+	s.qmu.Unlock()
+	for _, o := range *group {
+		if !o.done {
+			o.done, o.err = true, errNotRun
+		}
+		if o != w {
+			o.signal <- false
+		}
+	}
+}
+
+// commitGroup commits the writes of group, in order, and delivers their
+// events; it sets each write's outcome. A write that fails is judged
+// against the store as the writes before it in group left it: the
+// transaction is rolled back, the writes before it are committed again
+// without it, and its error is the one it gives when run first in a
+// transaction of its own. A transaction of several writes that fails to
+// commit (the file full, say) is retried a write at a time, so that each
+// gets its own outcome. s.mu is held.
+func (s *Store) commitGroup(group []*pendingWrite) {
+	for len(group) > 0 {
+		if s.closed.Load() {
+			for _, w := range group {
+				w.done, w.err = true, store.ErrClosed // closed meanwhile
+			}
+			return
+		}
+		ran, failed, err := s.commit(group)
+		switch {
+		case failed && ran == 0:
+			group[0].done, group[0].err = true, err
+			group = group[1:]
+			continue
+		case failed:
+			// group[ran] failed: the ones before it are committed again
+			// without it, and it runs first in the next transaction.
+			if _, failed, err := s.commit(group[:ran]); failed || err != nil {
+				// The same writes over the same store did not fail a
+				// moment ago: only the file can differ (I/O, space).
+				s.commitAlone(group[:ran])
+				group = group[ran:]
+				continue
+			}
+		case err != nil && len(group) > 1:
+			s.commitAlone(group)
+			return
+		case err != nil:
+			group[0].done, group[0].err = true, err
+			return
+		}
+		for _, w := range group[:ran] {
+			w.done = true
+		}
+		for _, w := range group[:ran] {
+			s.deliver(w.evs)
+		}
+		group = group[ran:]
+	}
+}
+
+// commitAlone commits each write of group in a transaction of its own.
+func (s *Store) commitAlone(group []*pendingWrite) {
+	for _, w := range group {
+		if s.closed.Load() {
+			w.done, w.err = true, store.ErrClosed
+			continue
+		}
+		_, failed, err := s.commit([]*pendingWrite{w})
+		w.done = true
+		if failed || err != nil {
+			w.err = err
+			continue
+		}
+		s.deliver(w.evs)
+	}
+}
+
+// commit runs the writes of group in one transaction, each at the next
+// revision. If the write at index ran fails, the transaction is rolled back
+// and commit returns ran, true and its error; otherwise it returns
+// len(group), false and the commit's error (nil when every write is on
+// disk, their events in their evs).
+func (s *Store) commit(group []*pendingWrite) (ran int, failed bool, err error) {
+	err = guard(s.path, func() error {
 		return s.db.Update(func(tx *bbolt.Tx) error {
+			ran, failed = 0, false
 			rev, err := readMetaRevision(tx)
 			if err != nil {
+				failed = true
 				return err
 			}
-			if rev == math.MaxInt64 {
-				// The next revision would wrap to one the decoders refuse,
-				// leaving a file that no longer opens. No store writes
-				// that often: the counter was damaged.
-				return corruptAt(bucketMeta, keyRevision, corrupt("revision %d leaves none for a write", rev))
-			}
-			rev++
-			if evs, err = fn(tx, rev); err != nil {
-				return err
+			for _, w := range group {
+				if rev == math.MaxInt64 {
+					// The next revision would wrap to one the decoders
+					// refuse, leaving a file that no longer opens. No
+					// store writes that often: the counter was damaged.
+					failed = true
+					return corruptAt(bucketMeta, keyRevision, corrupt("revision %d leaves none for a write", rev))
+				}
+				rev++
+				evs, err := w.fn(tx, rev)
+				if err != nil {
+					failed = true
+					return err
+				}
+				w.evs = evs
+				ran++
 			}
 			return tx.Bucket(bucketMeta).Put(keyRevision, encodeRevision(rev))
 		})
 	})
-	if err != nil {
-		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-			return store.ErrClosed
-		}
-		if errors.Is(err, berrors.ErrDatabaseReadOnly) {
-			return fmt.Errorf("bolt: %s: %w", s.path, ErrReadOnly)
-		}
-		if isNoSpace(err) {
-			return noSpaceError(s.path, err)
-		}
-		return err
+	switch {
+	case err == nil:
+		s.commits++
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
+		err = store.ErrClosed
+	case errors.Is(err, berrors.ErrDatabaseReadOnly):
+		err = fmt.Errorf("bolt: %s: %w", s.path, ErrReadOnly)
+	case isNoSpace(err):
+		err = noSpaceError(s.path, err)
 	}
+	return ran, failed, err
+}
+
+// deliver gives evs to every watcher still watching; s.mu is held.
+func (s *Store) deliver(evs []store.Event) {
 	for _, e := range evs {
 		for w := range s.watchers {
 			if w.ctx.Err() == nil {
@@ -404,7 +576,6 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, rev int64) ([]
 			}
 		}
 	}
-	return nil
 }
 
 // getCIDR reads and decodes one CIDR; ok is false if it is missing.
@@ -478,6 +649,7 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 		return cidrset.CIDR{}, err
 	}
 	c = c.Clone()
+	want := c.Revision // c.Revision is set by a run of the write, which may run again
 	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
 		old, ok, err := getCIDR(tx, c.Name)
 		switch {
@@ -485,8 +657,8 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 			return nil, err
 		case !ok:
 			return nil, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrNotFound)
-		case old.Revision != c.Revision:
-			return nil, fmt.Errorf("CIDR %q at revision %d, not %d: %w", c.Name, old.Revision, c.Revision, store.ErrConflict)
+		case old.Revision != want:
+			return nil, fmt.Errorf("CIDR %q at revision %d, not %d: %w", c.Name, old.Revision, want, store.ErrConflict)
 		}
 		c.Created = old.Created
 		c.Revision = rev
@@ -899,7 +1071,8 @@ func snapshot(tx *bbolt.Tx) (store.Snapshot, error) {
 }
 
 // Watch implements store.Store. Reset gets a snapshot read in one
-// transaction; Apply runs in the writer's goroutine after each commit.
+// transaction; Apply runs after each commit, before the write returns, in
+// the goroutine that committed it.
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.checkOpen(ctx); err != nil {
 		return err

@@ -330,6 +330,11 @@ func verifyCrash(t *testing.T, round int, path string, before map[netip.Addr]str
 		got, ok := actual[a]
 		switch {
 		case !ok && unsure[a]:
+		case got != owner && unsure[a]:
+			// The release committed, and another owner's allocation in
+			// flight took the address (both may share a commit): counted
+			// below as that owner's unacknowledged one.
+			delete(expected, a)
 		case !ok:
 			t.Fatalf("round %d: acknowledged %s of %s is lost", round, a, owner)
 		case got != owner:
