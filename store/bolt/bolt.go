@@ -1,18 +1,19 @@
 // Package bolt is a durable single-node store.Store: one file, written
 // through go.etcd.io/bbolt. Every write is committed in a bbolt read-write
-// transaction, synced to disk before it returns, so every acknowledged
-// write survives a crash of the process or the machine. Writes made at the
-// same time share a transaction and its fsync (group commit), each at its
-// own revision and with the outcome it would have alone. The file is locked while open: one
-// process at a time (Open fails with ErrLocked for the second).
+// transaction, synced to disk before it returns, so every acknowledged write
+// survives a crash of the process or the machine. Writes made at the same
+// time share a transaction and its fsync (group commit), each at its own
+// revision and with the outcome it would have alone. The file is locked
+// while open: one process at a time (Open fails with ErrLocked for the
+// second).
 //
 // Watchers are in-process, as in store/memory: Watch delivers a snapshot
 // read in one transaction, then every committed write in revision order,
-// called after the commit, before the write returns, while the store's
-// write mutex is held, in the goroutine that committed it (another
-// writer's, when writes share a transaction). An allocator's index is current the moment a write
-// returns, and opening an existing file and watching it rebuilds the index
-// from everything in it (an allocator's cold start).
+// called after the commit, before the write returns, while the store's write
+// mutex is held, in the goroutine that committed it (another writer's, when
+// writes share a transaction). An allocator's index is current the moment a
+// write returns, and opening an existing file and watching it rebuilds the
+// index from everything in it (an allocator's cold start).
 //
 // # File layout (format version 1)
 //
