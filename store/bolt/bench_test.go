@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/bolt"
 )
 
@@ -80,5 +82,62 @@ func BenchmarkAllocateNextReleaseParallel(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkColdStart is a restart over a file holding n addresses: Open,
+// then allocator.New, which reads every record into its index (a network
+// plugin starting on a node that already runs pods). Each address has
+// its own owner, with a 32-byte name.
+func BenchmarkColdStart(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("addresses=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			path := tempPathB(b)
+			fillForColdStart(b, path, n)
+			b.ResetTimer()
+			for b.Loop() {
+				st, err := bolt.Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				a, err := allocator.New(ctx, st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if used := a.FamilyUsage(ipaddress.IPv4).Used; used.Lo != uint64(n) {
+					b.Fatalf("index holds %v addresses, want %d", used, n)
+				}
+				_ = a.Close()
+				_ = st.Close()
+			}
+		})
+	}
+}
+
+// fillForColdStart writes n addresses of a /12 to a new file at path, in
+// batches, each for its own owner.
+func fillForColdStart(b *testing.B, path string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	st, err := bolt.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/12")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	first := netip.MustParseAddr("10.0.0.1")
+	batch := make([]ipaddress.IPAddress, 0, 10_000)
+	for i, a := 0, first; i < n; i, a = i+1, a.Next() {
+		batch = append(batch, ipaddress.IPAddress{Addr: a, Parent: ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("svc-%028d", i)}})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := st.CreateAddresses(ctx, batch, store.Fence{CIDR: "c", Revision: c.Revision}); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
 	}
 }
