@@ -242,3 +242,69 @@ func TestGroupCommitWatcherPanicLeavesNoWriteWaiting(t *testing.T) {
 		t.Errorf("write after the panic: %v", err)
 	}
 }
+
+// Writes queued when the store is closed either are made before it closes
+// or fail with ErrClosed; none waits for ever, and the file holds exactly
+// those reported made.
+func TestGroupCommitQueuedWritesMeetClose(t *testing.T) {
+	for round := range 20 {
+		path := filepath.Join(t.TempDir(), "close.db")
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := s.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 8
+		errs := make([]error, n)
+		closed := make(chan error, 1)
+		closeStore := func() { go func() { closed <- s.Close() }() }
+		s.mu.Lock()
+		if round%2 == 0 {
+			// Close waits for the mutex before the writes do, most times.
+			closeStore()
+			time.Sleep(time.Millisecond)
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { errs[i] = create(s, fmt.Sprintf("10.0.0.%d", i+1), "x")() })
+			waitQueued(t, s, i+1)
+		}
+		if round%2 == 1 {
+			closeStore()
+		}
+		s.mu.Unlock() // the committing write and Close race for the mutex
+		wg.Wait()
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		made := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				made++
+			case !errors.Is(err, store.ErrClosed):
+				t.Fatalf("round %d: write %d: %v, want nil or ErrClosed", round, i, err)
+			}
+		}
+		s, err = Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.ListAddresses(ctx)
+		_ = s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != made {
+			t.Fatalf("round %d: %d writes reported made, the file holds %d", round, made, len(all))
+		}
+		for _, r := range all {
+			if i := int(r.Addr.As4()[3]) - 1; errs[i] != nil {
+				t.Fatalf("round %d: %s is stored, its write failed: %v", round, r.Addr, errs[i])
+			}
+		}
+	}
+}
