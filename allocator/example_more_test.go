@@ -15,10 +15,6 @@ import (
 	"github.com/netipam/netipam/store/memory"
 )
 
-func service(name string) ipaddress.ParentRef {
-	return ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: name}
-}
-
 // A full family refuses dynamic allocations until a CIDR with room is
 // created; the next allocation comes from it, with no restart.
 func ExampleAllocator_AllocateNext_exhaustion() {
@@ -28,7 +24,7 @@ func ExampleAllocator_AllocateNext_exhaustion() {
 	a.CreateCIDR(ctx, "small", netip.MustParsePrefix("10.0.0.0/30")) // offers .1 and .2
 
 	for _, name := range []string{"a", "b", "c"} {
-		r, err := a.AllocateNext(ctx, ipaddress.IPv4, service(name))
+		r, err := a.AllocateNext(ctx, ipaddress.IPv4, svc(name))
 		if err != nil {
 			fmt.Println(name, err, errors.Is(err, allocator.ErrFull))
 			continue
@@ -37,7 +33,7 @@ func ExampleAllocator_AllocateNext_exhaustion() {
 	}
 
 	a.CreateCIDR(ctx, "more", netip.MustParsePrefix("10.0.1.0/29"))
-	r, err := a.AllocateNext(ctx, ipaddress.IPv4, service("c"))
+	r, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("c"))
 	fmt.Println("c", r.Addr, err)
 	// Output:
 	// a 10.0.0.1
@@ -54,17 +50,17 @@ func ExampleAllocator_Allocate_errors() {
 	defer a.Close()
 	a.CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.96.0.0/28"))
 
-	_, err := a.Allocate(ctx, netip.MustParseAddr("10.97.0.1"), service("web"))
+	_, err := a.Allocate(ctx, netip.MustParseAddr("10.97.0.1"), svc("web"))
 	var rangeErr *allocator.RangeError
 	if errors.As(err, &rangeErr) {
 		fmt.Println(errors.Is(err, allocator.ErrNotInRange), rangeErr.Valid)
 	}
 
-	a.Allocate(ctx, netip.MustParseAddr("10.96.0.5"), service("web"))
-	_, err = a.Allocate(ctx, netip.MustParseAddr("10.96.0.5"), service("api"))
+	a.Allocate(ctx, netip.MustParseAddr("10.96.0.5"), svc("web"))
+	_, err = a.Allocate(ctx, netip.MustParseAddr("10.96.0.5"), svc("api"))
 	fmt.Println(errors.Is(err, allocator.ErrAllocated), err)
 
-	_, err = a.Allocate(ctx, netip.MustParseAddr("10.96.0.6"), service("Not_A_DNS_Label"))
+	_, err = a.Allocate(ctx, netip.MustParseAddr("10.96.0.6"), svc("Not_A_DNS_Label"))
 	var fieldErr *ipaddress.FieldError
 	if errors.As(err, &fieldErr) {
 		fmt.Println(errors.Is(err, allocator.ErrInvalid), fieldErr.Field)
@@ -86,9 +82,9 @@ func ExampleWithExcluded() {
 	defer a.Close()
 	a.CreateCIDR(ctx, "c", netip.MustParsePrefix("10.0.0.0/29"))
 
-	r, _ := a.AllocateNext(ctx, ipaddress.IPv4, service("web"))
+	r, _ := a.AllocateNext(ctx, ipaddress.IPv4, svc("web"))
 	fmt.Println(r.Addr)
-	_, err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.2"), service("api"))
+	_, err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.2"), svc("api"))
 	fmt.Println(errors.Is(err, allocator.ErrExcluded))
 	u, _ := a.Usage("c")
 	fmt.Println(u.Prefixes[0].Used, u.Prefixes[0].Free)
@@ -111,15 +107,15 @@ func ExampleNew_sharedStore() {
 
 	first.CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.96.0.0/24"))
 	addr := netip.MustParseAddr("10.96.0.10")
-	first.Allocate(ctx, addr, service("web"))
+	first.Allocate(ctx, addr, svc("web"))
 
-	_, err := second.Allocate(ctx, addr, service("api"))
+	_, err := second.Allocate(ctx, addr, svc("api"))
 	fmt.Println(errors.Is(err, allocator.ErrAllocated))
 	rec, _ := second.Get(ctx, addr)
 	fmt.Println(rec.Parent)
 
 	second.Release(ctx, addr)
-	_, err = first.Allocate(ctx, addr, service("api"))
+	_, err = first.Allocate(ctx, addr, svc("api"))
 	fmt.Println(err)
 	// Output:
 	// true
@@ -134,12 +130,12 @@ func ExampleAllocator_ReleaseOwner() {
 	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
 	defer a.Close()
 	a.CreateCIDR(ctx, "dual", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120"))
-	a.AllocateDualStack(ctx, service("web"), netip.Addr{}, netip.Addr{})
-	a.AllocateNext(ctx, ipaddress.IPv4, service("api"))
+	a.AllocateDualStack(ctx, svc("web"), netip.Addr{}, netip.Addr{})
+	a.AllocateNext(ctx, ipaddress.IPv4, svc("api"))
 
-	recs, _ := a.AddressesOf(ctx, service("web"))
+	recs, _ := a.AddressesOf(ctx, svc("web"))
 	fmt.Println(len(recs))
-	released, err := a.ReleaseOwner(ctx, service("web"))
+	released, err := a.ReleaseOwner(ctx, svc("web"))
 	fmt.Println(released, err)
 	fmt.Println(a.FamilyUsage(ipaddress.IPv4).Used, a.FamilyUsage(ipaddress.IPv6).Used)
 	// Output:
@@ -165,7 +161,7 @@ func ExamplePolicyFunc() {
 	a.CreateCIDR(ctx, "small", netip.MustParsePrefix("192.168.0.0/30"))
 
 	for _, name := range []string{"a", "b", "c"} {
-		r, _ := a.AllocateNext(ctx, ipaddress.IPv4, service(name))
+		r, _ := a.AllocateNext(ctx, ipaddress.IPv4, svc(name))
 		fmt.Println(name, r.Addr)
 	}
 	// The /16's first 256 addresses are its static band (KEP-3070), so its
@@ -184,8 +180,8 @@ func ExampleDryRun_DeleteCIDR() {
 	defer a.Close()
 	a.CreateCIDR(ctx, "old", netip.MustParsePrefix("10.0.0.0/24"))
 	a.CreateCIDR(ctx, "new", netip.MustParsePrefix("10.0.0.0/25"))
-	a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), service("web"))   // inside both
-	a.Allocate(ctx, netip.MustParseAddr("10.0.0.200"), service("api")) // only in old
+	a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), svc("web"))   // inside both
+	a.Allocate(ctx, netip.MustParseAddr("10.0.0.200"), svc("api")) // only in old
 
 	d, _ := a.DryRun().DeleteCIDR(ctx, "old")
 	fmt.Println(d.Remove, d.Blocking)

@@ -494,6 +494,8 @@ func (s *Store) commitGroup(group []*pendingWrite) {
 			group[0].done, group[0].err = true, err
 			return
 		}
+		// All marked made before any is delivered: a watcher's panic
+		// must not have handOver report a committed write as not made.
 		for _, w := range group[:ran] {
 			w.done = true
 		}
@@ -529,7 +531,6 @@ func (s *Store) commitAlone(group []*pendingWrite) {
 func (s *Store) commit(group []*pendingWrite) (ran int, failed bool, err error) {
 	err = guard(s.path, func() error {
 		return s.db.Update(func(tx *bbolt.Tx) error {
-			ran, failed = 0, false
 			rev, err := readMetaRevision(tx)
 			if err != nil {
 				failed = true
