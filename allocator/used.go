@@ -98,15 +98,12 @@ func (a *Allocator) denseAtLocked(fam int, x u128.U128) *pool {
 // markUsedLocked adds addr to the used addresses and its pools' counters.
 func (a *Allocator) markUsedLocked(addr netip.Addr) { a.markLocked(addr, true) }
 
-// markFreeLocked removes addr from the used addresses, and has the
-// Terminating CIDRs containing it checked again.
-func (a *Allocator) markFreeLocked(addr netip.Addr) { a.markLocked(addr, false) }
-
-// markLocked is markUsedLocked if used, else markFreeLocked: one function,
-// so that addressChangedLocked inlines and a write makes one call, and
-// both share the common case, a write into the pool written last, the
-// only one holding addr, with a bit for it and no excluded address to
-// count.
+// markLocked is markUsedLocked if used; else it removes addr from the
+// used addresses and has the Terminating CIDRs containing it checked
+// again (a release). One function, so that addressChangedLocked inlines
+// and a write makes one call, and both share the common case, a write
+// into the pool written last, the only one holding addr, with a bit for
+// it and no excluded address to count.
 func (a *Allocator) markLocked(addr netip.Addr, used bool) {
 	x, fam := u128.FromAddr(addr), famIndex(addr)
 	pl := a.lastAlone[fam][0]
@@ -264,7 +261,7 @@ func (a *Allocator) excludedIn(pools []*pool, x u128.U128) bool {
 	return false
 }
 
-// markFreeInLocked is markFreeLocked past its common case.
+// markFreeInLocked is markLocked(addr, false) past its common case.
 func (a *Allocator) markFreeInLocked(fam int, x u128.U128) {
 	pools, dense := a.poolsHolding(fam, x)
 	removed := false

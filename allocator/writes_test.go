@@ -17,8 +17,8 @@ import (
 )
 
 // TestWritesKeepThePoolCounters puts and deletes addresses, in runs in one
-// pool as the allocation path does (where markUsedLocked and markFreeLocked
-// take their shortcut for the pool written last, with a bitmap or, for an
+// pool as the allocation path does (where markLocked takes its
+// shortcut for the pool written last, with a bitmap or, for an
 // IPv6 /64, without), filling pools up and emptying them, over a pool
 // alone or overlapped by another, with or without an excluded address and
 // under OldestFirst or MostFree; after
@@ -121,7 +121,7 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 }
 
 // A release another allocator made, which reaches this one through the
-// watch, into the pool written last (markFreeLocked's shortcut), has the
+// watch, into the pool written last (markLocked's shortcut for a release), has the
 // Terminating CIDR of that pool checked again: it may be free to go.
 // Both shortcuts are checked: a dense pool's, and that of a pool without a
 // bitmap (an IPv6 /64).
@@ -146,7 +146,7 @@ func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
 			defer a.mu.Unlock()
 			pl, fam := a.pools[p], famIndex(p.Addr())
 			if pl == nil || a.lastAlone[fam][0] != pl || (pl.bits == nil) != (fam == 1) || !pl.excluded.IsZero() || fmt.Sprint(pl.dying) != "[old]" {
-				t.Fatalf("the pool of %s is not the one markFreeLocked's shortcut serves, dying in old", p)
+				t.Fatalf("the pool of %s is not the one markLocked's shortcut serves, dying in old", p)
 			}
 			clear(a.recheck)
 			// Deleted as another allocator would: this one hears of it

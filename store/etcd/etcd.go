@@ -1233,6 +1233,7 @@ func (s *Store) Close() error {
 	// A goWatch that saw the store open has added its goroutine by the
 	// time it lets go of startMu.
 	s.startMu.Lock()
+	//lint:ignore SA2001 a barrier: waits for a goWatch holding startMu
 	s.startMu.Unlock()
 	s.watches.Wait()
 	if s.closeClient {

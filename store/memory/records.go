@@ -1289,8 +1289,6 @@ func ownerOf(b []byte) (sid uint32, name string, size int) {
 	return uint32(hdr >> 1), name, q + int(nl)
 }
 
-func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
-
 // arena stores entries back to back in chunks, so it never copies what it
 // holds when it grows. An entry never spans two chunks, and its offset is
 // its chunk's index in the high 10 bits and its position in the low
