@@ -42,3 +42,35 @@ func readContext(ctx context.Context, read func() ([]byte, error)) ([]byte, erro
 		return nil, ctx.Err()
 	}
 }
+
+// maxLostOutput bounds the output an outputWriter keeps once stdout fails:
+// enough for any change's report, not a listing of millions of records.
+const maxLostOutput = 64 << 10
+
+// An outputWriter is standard output as a command writes it. Once a write
+// fails (a full disk, an I/O error; a closed pipe ends the process with
+// SIGPIPE instead), it keeps the error and what could not be written, up
+// to maxLostOutput bytes, and reports every write done, so that the
+// command runs to its end as it would have: its change is made whether or
+// not it can say so. run then puts what was lost on stderr.
+type outputWriter struct {
+	w       io.Writer
+	err     error  // the first write error
+	lost    []byte // what was not written, from the failed write on
+	dropped int    // bytes past maxLostOutput, not kept
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	rest := p
+	if o.err == nil {
+		n, err := o.w.Write(p)
+		if err == nil {
+			return n, nil
+		}
+		o.err, rest = err, p[n:]
+	}
+	keep := min(len(rest), maxLostOutput-len(o.lost))
+	o.lost = append(o.lost, rest[:keep]...)
+	o.dropped += len(rest) - keep
+	return len(p), nil
+}

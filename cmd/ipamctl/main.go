@@ -255,7 +255,22 @@ type input struct {
 }
 
 func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return report(stderr, runErr(ctx, argv, stdin, stdout, stderr))
+	out := &outputWriter{w: stdout}
+	err := runErr(ctx, argv, stdin, out, stderr)
+	if out.err == nil {
+		return report(stderr, err)
+	}
+	// What the command did stands: say it where it can still be read. A
+	// command that failed keeps its exit code; one that did not fails
+	// with 1, as its caller did not get its output.
+	fmt.Fprintf(stderr, "ipamctl: writing the output: %v; the command's output was:\n%s", out.err, out.lost)
+	if out.dropped > 0 {
+		fmt.Fprintf(stderr, "ipamctl: (and %d more bytes)\n", out.dropped)
+	}
+	if err == nil {
+		err = fmt.Errorf("the command was carried out, but its output could not be written: %w", out.err)
+	}
+	return report(stderr, err)
 }
 
 // report says what was wrong, if anything, on stderr, and returns the exit
