@@ -263,7 +263,7 @@ func run(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.
 	// What the command did stands: say it where it can still be read. A
 	// command that failed keeps its exit code; one that did not fails
 	// with 1, as its caller did not get its output.
-	fmt.Fprintf(stderr, "ipamctl: writing the output: %v; the command's output was:\n%s", out.err, out.lost)
+	fmt.Fprintf(stderr, "ipamctl: writing the output: %v; what was not written follows:\n%s", out.err, out.lost)
 	if out.dropped > 0 {
 		fmt.Fprintf(stderr, "ipamctl: (and %d more bytes)\n", out.dropped)
 	}

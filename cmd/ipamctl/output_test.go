@@ -37,7 +37,7 @@ func TestAChangeWhoseOutputCannotBeWrittenIsToldOnStderr(t *testing.T) {
 		code := run(t.Context(), append([]string{"--db", db}, args...), strings.NewReader(""), stdout, &errb)
 		return code, errb.String()
 	}
-	const lost = "ipamctl: writing the output: " + "no space left on device; the command's output was:\n"
+	const lost = "ipamctl: writing the output: no space left on device; what was not written follows:\n"
 
 	if code, stderr := ipamctl(&shortWriter{room: 0}, "cidr", "create", "k", "10.96.0.0/28"); code != exitError || stderr != lost+"cidr/k created\n"+
 		"ipamctl: the command was carried out, but its output could not be written: no space left on device\n" {
