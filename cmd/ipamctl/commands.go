@@ -43,7 +43,7 @@ var commands = []command{
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg},
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},
-	{name: "ip get", flags: []string{"parent"}, maxArgs: 1, args: "[ADDR | --parent REF]", run: ipGet, parse: ipGetArgs, readOnly: true},
+	{name: "ip get", flags: []string{"parent", "cidr"}, maxArgs: 1, args: "[ADDR | --parent REF | --cidr NAME]", run: ipGet, parse: ipGetArgs, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
 	{name: "usage", args: "", run: usageCmd, readOnly: true},
@@ -438,8 +438,17 @@ func ipGetArgs(e *env) error {
 	if err := parentFlag(e, false); err != nil {
 		return err
 	}
-	if len(e.cl.args) == 1 && e.in.byParent {
+	name, byCIDR := e.cl.flags["cidr"]
+	switch {
+	case len(e.cl.args) == 1 && e.in.byParent:
 		return usageErrorf("ip get: give an address or --parent, not both")
+	case byCIDR && (len(e.cl.args) == 1 || e.in.byParent):
+		return usageErrorf("ip get: --cidr lists a CIDR's records; give it without an address or --parent")
+	case byCIDR:
+		if err := cidrset.ValidateName(name); err != nil {
+			return err
+		}
+		e.in.cidr = name
 	}
 	return addrArgs(e)
 }
@@ -458,6 +467,17 @@ func ipGet(e *env) error {
 		recs = append(recs, rec)
 	case e.in.byParent:
 		recs, err = e.a.AddressesOf(e.ctx, e.in.parent)
+	case e.in.cidr != "":
+		c, cerr := e.st.GetCIDR(e.ctx, e.in.cidr)
+		if cerr != nil {
+			return notFound("cidr", e.in.cidr, cerr)
+		}
+		recs, err = e.st.ListAddresses(e.ctx)
+		// Its addresses as SPEC §2 has it: a prefix's network address
+		// (and IPv4 broadcast) is not inside it.
+		recs = slices.DeleteFunc(recs, func(r ipaddress.IPAddress) bool {
+			return !slices.ContainsFunc(c.Prefixes, func(p netip.Prefix) bool { return cidrset.HostContains(p, r.Addr) })
+		})
 	default:
 		recs, err = e.st.ListAddresses(e.ctx)
 	}

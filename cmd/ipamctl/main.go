@@ -12,7 +12,8 @@
 //	cidr delete NAME                     delete a CIDR (Terminating while addresses hold it)
 //	ip allocate --family 4|6|dual --parent REF    allocate the next free address(es)
 //	ip allocate ADDR --parent REF        allocate a given address
-//	ip get [ADDR | --parent REF]         list records, show one, or those of one owner
+//	ip get [ADDR | --parent REF | --cidr NAME]
+//	                                     list records, show one, those of one owner, or those inside a CIDR
 //	                                     (a record it cannot read: warned of, exit 1)
 //	ip release ADDR... | --parent REF    release addresses, or an owner's
 //	                                     (a record it cannot read: warned of, exit 1)
@@ -141,7 +142,7 @@ func exitCode(err error) int {
 var flagSpec = map[string]bool{
 	"db": true, "etcd": true, "etcd-prefix": true, "output": true, "v": false, "timeout": true,
 	"etcd-cacert": true, "etcd-cert": true, "etcd-key": true, "etcd-user": true,
-	"family": true, "parent": true, "dry-run": false, "consumers": true, "leak-grace": true,
+	"family": true, "parent": true, "cidr": true, "dry-run": false, "consumers": true, "leak-grace": true,
 	"help": false, "lock-timeout": true,
 }
 
@@ -249,6 +250,7 @@ type input struct {
 	addrs     []netip.Addr        // ip allocate, get, release ADDR
 	parent    ipaddress.ParentRef // --parent, when byParent
 	byParent  bool
+	cidr      string             // ip get --cidr
 	families  []ipaddress.Family // ip allocate --family, without ADDR
 	leakGrace time.Duration      // repair --leak-grace, as repair.Repairer takes it
 	consumers []repair.Consumer  // repair --consumers, read by its prepare
@@ -302,7 +304,9 @@ Commands:
   ip allocate --family 4|6|dual --parent REF
                                         allocate the next free address (of each family)
   ip allocate ADDR --parent REF         allocate the given address
-  ip get [ADDR | --parent REF]          list address records, show one, or an owner's
+  ip get [ADDR | --parent REF | --cidr NAME]
+                                        list address records, show one, an owner's,
+                                        or those inside a CIDR
   ip release ADDR... | --parent REF     release addresses
   repair --consumers FILE [--dry-run] [--leak-grace 60s]
                                         reconcile records with a consumers file

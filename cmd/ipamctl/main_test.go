@@ -314,7 +314,7 @@ func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
 	c.ok("cidr", "create", "single", "10.0.0.0/24")
 	c.fail(exitNotFound, `ipamctl: cidr "nope" not found`, "cidr", "update", "nope", "10.1.0.0/24", "fd00:1::/120")
 
-	const ipGet = "ip get [ADDR | --parent REF]"
+	const ipGet = "ip get [ADDR | --parent REF | --cidr NAME]"
 	c.fail(exitUsage, "give an address or --parent, not both", "ip", "get", "10.0.0.1", "--parent", "services/default/a")
 	c.fail(exitUsage, "usage: ipamctl "+ipGet, "ip", "get", "10.0.0.1", "10.0.0.2")
 	if help := c.ok("help"); !strings.Contains(help, ipGet) {
@@ -951,4 +951,50 @@ func fieldOf(view, label string) string {
 		}
 	}
 	return ""
+}
+
+// TestIPGetByCIDRListsTheAddressesInsideIt: --cidr lists the records
+// inside a CIDR's prefixes by SPEC §2's containment (its network address,
+// held under a wider CIDR, is not inside it), in both families, whatever
+// other CIDR covers them too, and for a Terminating CIDR as well.
+func TestIPGetByCIDRListsTheAddressesInsideIt(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "small", "10.0.1.0/24", "fd00::/120")
+	c.ok("cidr", "create", "big", "10.0.0.0/16")
+	for addr, owner := range map[string]string{
+		"10.0.1.0":   "services/default/network", // small's network address, in big
+		"10.0.1.5":   "services/default/a",
+		"10.0.1.254": "services/default/b",
+		"10.0.2.5":   "services/default/c", // big only
+		"fd00::5":    "services/default/d",
+	} {
+		c.ok("ip", "allocate", addr, "--parent", owner)
+	}
+	names := func(args ...string) []string {
+		t.Helper()
+		var l struct{ Items []ipObject }
+		c.json(&l, append([]string{"ip", "get"}, args...)...)
+		var out []string
+		for _, o := range l.Items {
+			out = append(out, o.Name)
+		}
+		return out
+	}
+	if got, want := names("--cidr", "small"), []string{"10.0.1.5", "10.0.1.254", "fd00::5"}; !slices.Equal(got, want) {
+		t.Errorf("ip get --cidr small: %q, want %q", got, want)
+	}
+	if got, want := names("--cidr", "big"), []string{"10.0.1.0", "10.0.1.5", "10.0.1.254", "10.0.2.5"}; !slices.Equal(got, want) {
+		t.Errorf("ip get --cidr big: %q, want %q", got, want)
+	}
+	if out := c.ok("ip", "get", "--cidr=small"); out != "NAME         PARENTREF\n10.0.1.5     services/default/a\n10.0.1.254   services/default/b\nfd00::5      services/default/d\n" {
+		t.Errorf("ip get --cidr=small printed\n%s", out)
+	}
+	c.fail(exitPending, "", "cidr", "delete", "small") // fd00::5 holds it
+	if got, want := names("--cidr", "small"), []string{"10.0.1.5", "10.0.1.254", "fd00::5"}; !slices.Equal(got, want) {
+		t.Errorf("ip get --cidr small, Terminating: %q, want %q", got, want)
+	}
+	c.fail(exitNotFound, `cidr "nope" not found`, "ip", "get", "--cidr", "nope")
+	c.fail(exitUsage, "give it without an address or --parent", "ip", "get", "--cidr", "small", "--parent", "services/default/a")
+	c.fail(exitUsage, "give it without an address or --parent", "ip", "get", "10.0.1.5", "--cidr", "small")
+	c.fail(exitUsage, "metadata.name", "ip", "get", "--cidr", "Not_A_Name")
 }
