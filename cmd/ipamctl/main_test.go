@@ -998,3 +998,50 @@ func TestIPGetByCIDRListsTheAddressesInsideIt(t *testing.T) {
 	c.fail(exitUsage, "give it without an address or --parent", "ip", "get", "10.0.1.5", "--cidr", "small")
 	c.fail(exitUsage, "metadata.name", "ip", "get", "--cidr", "Not_A_Name")
 }
+
+// Walkthrough 8.3 (renumbering) as the README shows it: the old default
+// CIDR, deleted, serves nothing and stays while consumers hold it;
+// ip get --cidr lists them; each re-created lands in the new CIDR, the
+// old one goes with the last, and the default CIDR, re-created with the
+// new prefix, lets the interim one go at once.
+func TestWalkthroughRenumbering(t *testing.T) {
+	c := newBoltCLI(t)
+	from, to := netip.MustParsePrefix("10.96.0.0/28"), netip.MustParsePrefix("192.168.7.0/24")
+	c.ok("cidr", "create", "kubernetes", from.String())
+	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
+	services := []string{"services/default/web", "services/default/db"}
+	for _, s := range services {
+		c.allocateNext(s)
+	}
+	c.ok("cidr", "create", "renumbered", to.String())
+	c.fail(exitPending, "", "cidr", "delete", "kubernetes")
+	c.fail(exitUsage, "CIDR kubernetes is terminating", "ip", "allocate", "10.96.0.5", "--parent", "services/default/late") // not served
+	var held struct{ Items []ipObject }
+	c.json(&held, "ip", "get", "--cidr", "kubernetes")
+	if len(held.Items) != 3 {
+		t.Fatalf("ip get --cidr kubernetes: %+v, want the 3 services", held.Items)
+	}
+	for _, s := range services {
+		c.ok("ip", "release", "--parent", s)
+		if a := c.allocateNext(s); !to.Contains(a) {
+			t.Errorf("%s moved to %s, outside %s", s, a, to)
+		}
+	}
+	c.ok("ip", "release", "--parent", "services/default/kubernetes")
+	c.ok("ip", "allocate", "192.168.7.1", "--parent", "services/default/kubernetes")
+	c.fail(exitNotFound, `cidr "kubernetes" not found`, "cidr", "get", "kubernetes")
+	c.ok("cidr", "create", "kubernetes", to.String())
+	if out := c.ok("cidr", "delete", "renumbered"); out != "cidr/renumbered deleted\n" {
+		t.Errorf("cidr delete renumbered: %q, want it gone at once", out)
+	}
+	var all struct{ Items []ipObject }
+	c.json(&all, "ip", "get")
+	for _, o := range all.Items {
+		if !to.Contains(netip.MustParseAddr(o.Name)) {
+			t.Errorf("%s still holds %s", o.ParentRef.Name, o.Name)
+		}
+	}
+	if len(all.Items) != 3 {
+		t.Errorf("ip get: %+v, want the 3 services", all.Items)
+	}
+}
