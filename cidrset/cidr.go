@@ -5,6 +5,7 @@ package cidrset
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/netipam/netipam/ipaddress"
@@ -74,6 +75,26 @@ func (c CIDR) Prefix(f ipaddress.Family) (netip.Prefix, bool) {
 		}
 	}
 	return netip.Prefix{}, false
+}
+
+// String returns c's name and prefixes, as "dual [10.0.0.0/16 fd00::/108]",
+// and " (Terminating)" if it is: what a log line or an error needs to
+// name a CIDR, without its creation time and revision.
+func (c CIDR) String() string {
+	var b strings.Builder
+	b.WriteString(c.Name)
+	b.WriteString(" [")
+	for i, p := range c.Prefixes {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(p.String())
+	}
+	b.WriteByte(']')
+	if c.Terminating {
+		b.WriteString(" (Terminating)")
+	}
+	return b.String()
 }
 
 // Clone returns a copy of c that shares no memory with it.
