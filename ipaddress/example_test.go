@@ -89,3 +89,16 @@ func ExampleFieldErrors() {
 	// spec.parentRef.resource
 	// spec.parentRef.name
 }
+
+func ExampleIPAddress_String() {
+	rec := ipaddress.IPAddress{
+		Addr:     netip.MustParseAddr("10.96.0.1"),
+		Parent:   ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"},
+		Revision: 4,
+	}
+	fmt.Println(rec)
+	fmt.Printf("%v is %s, family %s\n", rec, rec.Name(), rec.Family())
+	// Output:
+	// 10.96.0.1 services/default/kubernetes
+	// 10.96.0.1 services/default/kubernetes is 10.96.0.1, family IPv4
+}

@@ -90,6 +90,11 @@ type IPAddress struct {
 // Name returns the record's name: the address in canonical form.
 func (a IPAddress) Name() string { return a.Addr.String() }
 
+// String returns the address and its owner, as "10.96.0.1
+// services/default/kubernetes": what a log line or an error needs to name
+// a record, without its creation time and revision.
+func (a IPAddress) String() string { return a.Addr.String() + " " + a.Parent.String() }
+
 // Family returns the family of the address.
 func (a IPAddress) Family() Family { return FamilyOf(a.Addr) }
 
