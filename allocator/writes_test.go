@@ -17,9 +17,9 @@ import (
 )
 
 // TestWritesKeepThePoolCounters puts and deletes addresses, in runs in one
-// pool as the allocation path does (where markLocked takes its
-// shortcut for the pool written last, with a bitmap or, for an
-// IPv6 /64, without), filling pools up and emptying them, over a pool
+// pool as the allocation path does (where markLocked takes its shortcut
+// for the pool written last, with a bitmap or, for an IPv6 /64,
+// without), filling pools up and emptying them, over a pool
 // alone or overlapped by another, with or without an excluded address and
 // under OldestFirst or MostFree; after
 // every step the counters, open marks, full flags and MostFree's tree
@@ -121,8 +121,9 @@ func TestWritesKeepThePoolCounters(t *testing.T) {
 }
 
 // A release another allocator made, which reaches this one through the
-// watch, into the pool written last (markLocked's shortcut for a release), has the
-// Terminating CIDR of that pool checked again: it may be free to go.
+// watch, into the pool written last (markLocked's shortcut for a
+// release), has the Terminating CIDR of that pool checked again: it may
+// be free to go.
 // Both shortcuts are checked: a dense pool's, and that of a pool without a
 // bitmap (an IPv6 /64).
 func TestAReleaseThroughTheWatchRechecksTheDyingCIDR(t *testing.T) {
