@@ -13,7 +13,8 @@
 //	ip allocate --family 4|6|dual --parent REF    allocate the next free address(es)
 //	ip allocate ADDR --parent REF        allocate a given address
 //	ip get [ADDR | --parent REF | --cidr NAME]
-//	                                     list records, show one, those of one owner, or those inside a CIDR
+//	                                     list records, show one, those of one owner,
+//	                                     or those inside a CIDR
 //	                                     (a record it cannot read: warned of, exit 1)
 //	ip release ADDR... | --parent REF    release addresses, or an owner's
 //	                                     (a record it cannot read: warned of, exit 1)
