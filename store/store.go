@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -99,15 +100,29 @@ func (e *FencedError) Error() string {
 // Is makes errors.Is(err, ErrFenced) true.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
+// Limits of a stored CIDR, the same for every store so that what one
+// stores any other can: the tightest store's (store/bolt keeps a name as a
+// bbolt key, at most 32 KiB, and a CIDR's prefix count in one byte).
+// cidrset.Validate, which the allocator applies, allows far less: names
+// of 253 bytes and two prefixes.
+const (
+	MaxCIDRNameLen  = 32768 // bytes
+	MaxCIDRPrefixes = 255
+)
+
 // CheckCIDR reports whether c can be stored: its name must pass
-// CheckCIDRName, and every prefix must be valid, so that a store can read
-// back what it writes. It is not the validation of SPEC §1
-// (cidrset.Validate), which the allocator applies before a store sees the
-// CIDR; a Store given a CIDR directly must still refuse what it could not
-// decode. The error is an *ipaddress.FieldError.
+// CheckCIDRName, it may have at most MaxCIDRPrefixes prefixes, and every
+// prefix must be valid, so that a store can read back what it writes. It
+// is not the validation of SPEC §1 (cidrset.Validate), which the allocator
+// applies before a store sees the CIDR; a Store given a CIDR directly must
+// still refuse what it could not decode, or what another store could not
+// keep. The error is an *ipaddress.FieldError.
 func CheckCIDR(c cidrset.CIDR) error {
 	if err := CheckCIDRName(c.Name); err != nil {
 		return err
+	}
+	if len(c.Prefixes) > MaxCIDRPrefixes {
+		return &ipaddress.FieldError{Field: "spec.cidrs", Value: strconv.Itoa(len(c.Prefixes)), Detail: fmt.Sprintf("at most %d prefixes can be stored", MaxCIDRPrefixes)}
 	}
 	for i, p := range c.Prefixes {
 		if !p.IsValid() {
@@ -118,14 +133,18 @@ func CheckCIDR(c cidrset.CIDR) error {
 }
 
 // CheckCIDRName reports whether name can name a stored CIDR: it must not
-// be empty, nor hold a "/", which the etcd store's keys use as a separator
-// (such a name's key would read as another store's). Every store refuses
-// it alike, so that what one stores any other can. No CIDR has a name it
-// refuses: GetCIDR and DeleteCIDR answer ErrNotFound for one, and a Fence
-// naming one fails. The error is an *ipaddress.FieldError.
+// be empty, nor longer than MaxCIDRNameLen bytes, nor hold a "/", which
+// the etcd store's keys use as a separator (such a name's key would read
+// as another store's). Every store refuses it alike, so that what one
+// stores any other can. No CIDR has a name it refuses: GetCIDR and
+// DeleteCIDR answer ErrNotFound for one, and a Fence naming one fails.
+// The error is an *ipaddress.FieldError.
 func CheckCIDRName(name string) error {
 	if name == "" {
 		return &ipaddress.FieldError{Field: "metadata.name", Required: true}
+	}
+	if len(name) > MaxCIDRNameLen {
+		return &ipaddress.FieldError{Field: "metadata.name", Value: name, Detail: fmt.Sprintf("at most %d bytes can be stored", MaxCIDRNameLen)}
 	}
 	if strings.Contains(name, "/") {
 		return &ipaddress.FieldError{Field: "metadata.name", Value: name, Detail: `must not contain "/"`}
@@ -184,7 +203,9 @@ type Store interface {
 	// matching ipaddress.ErrInvalid for an address that is not storable
 	// (zero, zoned, IPv4-mapped). It returns the records with Created and
 	// Revision set (one revision for the whole batch); it may set them in
-	// recs itself and return it.
+	// recs itself and return it. A batch of no records, with no touching
+	// fence, writes nothing: it checks the fences and takes no revision
+	// (a revision that no watcher is told of could not be waited for).
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
 	// DeleteAddress removes the record of addr. It returns the record as
 	// it was and the revision of the deletion, which a caller waits for

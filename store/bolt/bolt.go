@@ -368,7 +368,8 @@ func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
 // store revision rev, returns the events to deliver once the transaction
 // is committed, or an error, before or after writing to tx. It may be run
 // more than once (see update), so it keeps no state but what each run sets
-// afresh.
+// afresh. One that returns no events must have written nothing: it takes
+// no revision (an empty CreateAddresses).
 type writeFn func(tx *bbolt.Tx, rev int64) ([]store.Event, error)
 
 // A pendingWrite is a write waiting in the queue, and its outcome.
@@ -551,6 +552,9 @@ func (s *Store) commit(group []*pendingWrite) (ran int, failed bool, err error) 
 					return err
 				}
 				w.evs = evs
+				if len(evs) == 0 {
+					rev-- // it wrote nothing: no revision, which no watcher would hear of
+				}
 				ran++
 			}
 			return tx.Bucket(bucketMeta).Put(keyRevision, encodeRevision(rev))
@@ -621,7 +625,7 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	if err := s.checkOpen(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := checkCIDR(c); err != nil {
+	if err := store.CheckCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
 	c = c.Clone()
@@ -647,7 +651,7 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	if err := s.checkOpen(ctx); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := checkCIDR(c); err != nil {
+	if err := store.CheckCIDR(c); err != nil {
 		return cidrset.CIDR{}, err
 	}
 	c = c.Clone()

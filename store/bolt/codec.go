@@ -48,8 +48,13 @@ const (
 // flagTerminating is bit 0 of a CIDR value's flags byte.
 const flagTerminating = 1
 
-// maxPrefixes bounds the prefixes of one CIDR: the count is one byte.
-const maxPrefixes = math.MaxUint8
+// The limits store.CheckCIDR puts on every store's CIDRs are this file's:
+// a name is a bbolt key, and a value counts its prefixes in one byte. Each
+// line fails to compile if a limit outgrows the format.
+const (
+	_ = uint8(store.MaxCIDRPrefixes)
+	_ = uint(bbolt.MaxKeySize - store.MaxCIDRNameLen)
+)
 
 // corrupt returns an error wrapping store.ErrCorrupt for a decoder.
 func corrupt(format string, args ...any) error {
@@ -270,21 +275,10 @@ func decodeAddrValue(b []byte) (addrValue, error) {
 	return v, nil
 }
 
-// checkCIDR reports whether c can be stored.
-func checkCIDR(c cidrset.CIDR) error {
-	if len(c.Name) > bbolt.MaxKeySize {
-		return &ipaddress.FieldError{Field: "metadata.name", Value: shorten(c.Name), Detail: fmt.Sprintf("at most %d bytes can be stored", bbolt.MaxKeySize)}
-	}
-	if len(c.Prefixes) > maxPrefixes {
-		return &ipaddress.FieldError{Field: "spec.cidrs", Value: fmt.Sprint(len(c.Prefixes)), Detail: fmt.Sprintf("at most %d prefixes can be stored", maxPrefixes)}
-	}
-	return store.CheckCIDR(c)
-}
-
 // appendCIDRValue appends the value of a CIDR (its name is the key):
 // version ‖ flags ‖ varint created ‖ uvarint revision ‖ count ‖
 // count × (family ‖ 4 or 16 address bytes ‖ prefix length).
-// c must pass checkCIDR.
+// c must pass store.CheckCIDR.
 func appendCIDRValue(dst []byte, c cidrset.CIDR) []byte {
 	var flags byte
 	if c.Terminating {

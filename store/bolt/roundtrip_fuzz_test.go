@@ -8,12 +8,13 @@ import (
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 )
 
 // prefixesFrom builds prefixes from b, 18 bytes each: a family bit, 16
 // address bytes (the last 4 for IPv4; IPv4-mapped when the first 12 say
 // so), and a prefix length. Host bits, mapped addresses and lengths out of
-// range are all made: checkCIDR decides what the store takes.
+// range are all made: store.CheckCIDR decides what the store takes.
 func prefixesFrom(b []byte) []netip.Prefix {
 	var ps []netip.Prefix
 	for len(b) >= 18 {
@@ -30,7 +31,7 @@ func prefixesFrom(b []byte) []netip.Prefix {
 }
 
 // FuzzCIDREncodeDecode is FuzzDecodeCIDR's other direction: every CIDR that
-// checkCIDR lets the store write is read back as it was, and its value
+// store.CheckCIDR lets the store write is read back as it was, and its value
 // decodes to nothing else under another name.
 func FuzzCIDREncodeDecode(f *testing.F) {
 	for _, c := range seedCIDRs() {
@@ -52,7 +53,7 @@ func FuzzCIDREncodeDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name string, terminating bool, created, rev int64, pb []byte) {
 		c := cidrset.CIDR{Name: name, Prefixes: prefixesFrom(pb), Terminating: terminating, Created: time.Unix(0, created), Revision: rev}
-		if checkCIDR(c) != nil || rev < 1 {
+		if store.CheckCIDR(c) != nil || rev < 1 {
 			return // the store assigns revisions from 1
 		}
 		b := appendCIDRValue(nil, c)

@@ -385,6 +385,9 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 	if err := s.checkFences(fences); err != nil {
 		return nil, err
 	}
+	if len(recs) == 0 && !slices.ContainsFunc(fences, func(f store.Fence) bool { return f.Touch }) {
+		return recs, nil // nothing written: no revision, which no watcher would hear of
+	}
 	now := s.unix()
 	for i := range recs {
 		if !s.addrs.put(recs[i].Addr, recs[i].Parent, now, s.rev+1) {

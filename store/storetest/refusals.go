@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/netipam/netipam/cidrset"
@@ -93,16 +94,26 @@ func testUnstorableCIDRs(t *testing.T, s store.Store) {
 		{Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}},
 		// The etcd store would take its key for a nested store's.
 		{Name: "a/b", Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}},
+		// Past what some store can keep (a bbolt key, a count in a byte).
+		{Name: strings.Repeat("n", store.MaxCIDRNameLen+1), Prefixes: []netip.Prefix{pfx("10.0.0.0/24")}},
+		{Name: "too-many-prefixes", Prefixes: manyPrefixes(store.MaxCIDRPrefixes + 1)},
 	} {
 		if got, err := s.CreateCIDR(ctx, c); !errors.Is(err, ipaddress.ErrInvalid) {
-			t.Errorf("CreateCIDR(%+v) = %+v, %v; want ipaddress.ErrInvalid", c, got, err)
+			t.Errorf("CreateCIDR(%.100v) = %.100v, %v; want ipaddress.ErrInvalid", c, got, err) // cut: a name may be 32 KiB
 		}
 		if c.Name == "" {
 			continue
 		}
 		if _, err := s.GetCIDR(ctx, c.Name); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("GetCIDR(%s) after a refused create: %v, want ErrNotFound", c.Name, err)
+			t.Errorf("GetCIDR(%.100s) after a refused create: %v, want ErrNotFound", c.Name, err)
 		}
+	}
+	// At the limits, every store keeps the CIDR and reads it back.
+	edge := cidrset.CIDR{Name: strings.Repeat("e", store.MaxCIDRNameLen), Prefixes: manyPrefixes(store.MaxCIDRPrefixes)}
+	if made, err := s.CreateCIDR(ctx, edge); err != nil {
+		t.Errorf("CreateCIDR of a %d-byte name with %d prefixes: %v", len(edge.Name), len(edge.Prefixes), err)
+	} else if got, err := s.GetCIDR(ctx, edge.Name); err != nil || got.Revision != made.Revision || !slices.Equal(got.Prefixes, edge.Prefixes) {
+		t.Errorf("GetCIDR of the CIDR at the limits: %d prefixes, revision %d, %v; want %d prefixes, revision %d", len(got.Prefixes), got.Revision, err, len(edge.Prefixes), made.Revision)
 	}
 	c := mustCIDR(t, s, "kept", "10.0.0.0/24")
 	bad := c.Clone()
@@ -164,4 +175,13 @@ func testTouchTwice(t *testing.T, s store.Store) {
 	if want := []store.EventKind{store.CIDRPut, store.AddressPut, store.AddressPut}; !slices.Equal(kinds, want) {
 		t.Fatalf("events of a create touching one CIDR twice, then a create: %v, want %v", kinds, want)
 	}
+}
+
+// manyPrefixes returns n distinct IPv4 /24 prefixes.
+func manyPrefixes(n int) []netip.Prefix {
+	ps := make([]netip.Prefix, n)
+	for i := range ps {
+		ps[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+	}
+	return ps
 }

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AddressBatchIsAllOrNothing", testAddressBatch},
 		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
 		{"FencedSeenIsReachedByAWatch", testFencedSeen},
+		{"EmptyAddressBatchTakesNoRevision", testEmptyBatch},
 		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
 		{"OwnerIndex", testOwnerIndex},
 		{"RevisionsStrictlyIncrease", testRevisions},
@@ -403,6 +404,46 @@ func testFencedSeen(t *testing.T, s store.Store) {
 			}
 			r.waitRevision(t, fe.Seen)
 		}
+	}
+}
+
+func testEmptyBatch(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	var r recorder
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := s.Watch(wctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	c := mustCIDR(t, s, "c", "10.0.0.0/24")
+	if got, err := s.CreateAddresses(ctx, nil, fenceOf(c)); err != nil || len(got) != 0 {
+		t.Fatalf("CreateAddresses of no records: %v, %v; want none and no error", got, err)
+	}
+	// The fence is still checked, and the store's latest write is still
+	// the CIDR's: a Seen past it would be a revision no watcher hears of.
+	stale := store.Fence{CIDR: c.Name, Revision: c.Revision - 1}
+	var fe *store.FencedError
+	if _, err := s.CreateAddresses(ctx, nil, stale); !errors.As(err, &fe) || fe.Fence != stale {
+		t.Fatalf("CreateAddresses of no records fenced on %+v: %v, want a FencedError naming it", stale, err)
+	}
+	if fe.Seen > c.Revision {
+		t.Fatalf("Seen = %d after writes of no records, past the store's latest write (%d)", fe.Seen, c.Revision)
+	}
+	a := mustAddr(t, s, "10.0.0.1", "a", fenceOf(c))
+	var fe2 *store.FencedError
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.2"), Parent: owner("b")}}, stale); !errors.As(err, &fe2) {
+		t.Fatalf("CreateAddresses fenced on %+v: %v, want a FencedError", stale, err)
+	}
+	if fe2.Seen > a.Revision {
+		t.Fatalf("Seen = %d, past the store's latest write (%d)", fe2.Seen, a.Revision)
+	}
+	r.waitRevision(t, a.Revision)
+	var kinds []store.EventKind
+	for _, e := range r.waitEvents(t, 2) {
+		kinds = append(kinds, e.Kind)
+	}
+	if want := []store.EventKind{store.CIDRPut, store.AddressPut}; !slices.Equal(kinds, want) {
+		t.Fatalf("events %v, want %v: a write of no records is no change", kinds, want)
 	}
 }
 
