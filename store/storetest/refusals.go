@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -151,12 +150,7 @@ func testTouchTwice(t *testing.T, s store.Store) {
 	c := mustCIDR(t, s, "c", "10.0.0.0/24")
 	touch := fenceOf(c)
 	touch.Touch = true
-	var r recorder
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := s.Watch(wctx, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := watch(t, ctx, s)
 	rec := mustAddr(t, s, "10.0.0.5", "twice", touch, touch)
 	got, err := s.GetCIDR(ctx, "c")
 	if err != nil || got.Revision != rec.Revision {

@@ -258,12 +258,7 @@ func testAddressDeleteAt(t *testing.T, s store.Store) {
 func testAddressReplaceAt(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	old := mustAddr(t, s, "10.0.0.7", "first")
-	var r recorder
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := s.Watch(wctx, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := watch(t, ctx, s)
 	if _, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: owner("second")}, old.Revision-1); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("ReplaceAddressAt with a stale revision: %v, want ErrConflict", err)
 	}
@@ -347,12 +342,7 @@ func testAddressBatch(t *testing.T, s store.Store) {
 // started before reaches. A caller waits for its view to reach it.
 func testFencedSeen(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
-	var r recorder
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := s.Watch(wctx, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := watch(t, ctx, s)
 	c := mustCIDR(t, s, "changed", "10.0.0.0/24")
 	d := mustCIDR(t, s, "deleted", "10.1.0.0/24")
 	kept := mustCIDR(t, s, "kept", "10.2.0.0/24")
@@ -409,12 +399,7 @@ func testFencedSeen(t *testing.T, s store.Store) {
 
 func testEmptyBatch(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
-	var r recorder
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := s.Watch(wctx, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := watch(t, ctx, s)
 	c := mustCIDR(t, s, "c", "10.0.0.0/24")
 	if got, err := s.CreateAddresses(ctx, nil, fenceOf(c)); err != nil || len(got) != 0 {
 		t.Fatalf("CreateAddresses of no records: %v, %v; want none and no error", got, err)
@@ -576,6 +561,18 @@ func testRevisions(t *testing.T, s store.Store) {
 	}
 }
 
+// watch starts a Watch of s into a new recorder, stopped when the test ends.
+func watch(t *testing.T, ctx context.Context, s store.Store) *recorder {
+	t.Helper()
+	r := &recorder{}
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	if err := s.Watch(wctx, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // recorder is a Watcher that keeps what it was told.
 type recorder struct {
 	mu     sync.Mutex
@@ -638,12 +635,7 @@ func testWatch(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	c := mustCIDR(t, s, "before", "10.0.0.0/24")
 	mustAddr(t, s, "10.0.0.1", "a")
-	var r recorder
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := s.Watch(wctx, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := watch(t, ctx, s)
 	r.mu.Lock()
 	if len(r.resets) != 1 {
 		t.Fatalf("Watch returned before Reset")
