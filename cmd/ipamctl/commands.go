@@ -188,13 +188,16 @@ func cidrUpdateArgs(e *env) error {
 }
 
 // cidrNameArg checks the NAME of cidr delete and cidr get, if given: one
-// no CIDR can have is a mistake (exit 2) found before the store is
-// opened, not a lookup.
+// no stored CIDR can have is a mistake (exit 2) found before the store is
+// opened, not a lookup. The check is the store's (store.CheckCIDRName),
+// not cidr create's: a CIDR a store holds under a name cidrset refuses
+// (written by an embedder, or edited by hand in etcd) is listed by cidr
+// get, and must be shown and deleted by name too.
 func cidrNameArg(e *env) error {
 	if len(e.cl.args) == 0 {
 		return nil
 	}
-	return cidrset.ValidateName(e.cl.args[0])
+	return store.CheckCIDRName(e.cl.args[0])
 }
 
 func cidrCreate(e *env) error {
@@ -445,7 +448,8 @@ func ipGetArgs(e *env) error {
 	case byCIDR && (len(e.cl.args) == 1 || e.in.byParent):
 		return usageErrorf("ip get: --cidr lists a CIDR's records; give it without an address or --parent")
 	case byCIDR:
-		if err := cidrset.ValidateName(name); err != nil {
+		// Any name a store holds, as cidr get NAME takes.
+		if err := store.CheckCIDRName(name); err != nil {
 			return err
 		}
 		e.in.cidr = name

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/bolt"
 )
 
@@ -899,14 +900,25 @@ func TestReadsChangeNothingAndAnEmptyDBFlagIsRefused(t *testing.T) {
 }
 
 // A CIDR name, or a set of prefixes, that no CIDR can have is refused
-// before the store is opened, by every cidr command: exit 2, and no --db
-// file created.
+// before the store is opened, by every cidr command and ip get --cidr:
+// exit 2, and no --db file created. A CIDR is created or updated only
+// under a name cidrset validates; one is looked up or deleted under any
+// name a store can hold (store.CheckCIDRName), so only a name with a "/",
+// an empty one or one too long for any store is refused there.
 func TestAnInvalidCIDRNameIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
+	tooLong := strings.Repeat("a", store.MaxCIDRNameLen+1)
 	for _, args := range [][]string{
 		{"cidr", "create", "Not_A_Name", "10.0.0.0/24"},
-		{"cidr", "delete", "Not_A_Name"},
 		{"cidr", "update", "Not_A_Name", "10.0.0.0/24", "fd00::/64"},
-		{"cidr", "get", "Not_A_Name"},
+		{"cidr", "delete", "a/b"},
+		{"cidr", "get", "a/b"},
+		{"ip", "get", "--cidr", "a/b"},
+		{"cidr", "delete", tooLong},
+		{"cidr", "get", tooLong},
+		{"ip", "get", "--cidr", tooLong},
+		{"cidr", "delete", ""},
+		{"cidr", "get", ""},
+		{"ip", "get", "--cidr", ""},
 		// Two prefixes of one family: no CIDR can be that.
 		{"cidr", "update", "x", "10.0.0.0/24", "10.1.0.0/24"},
 	} {
@@ -916,6 +928,43 @@ func TestAnInvalidCIDRNameIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 			t.Errorf("%v: exit %d (stderr %q), file stat %v; want exit 2 and no file", args, r.code, r.stderr, err)
 		}
 	}
+}
+
+// A CIDR a store holds under a name that cidr create refuses (not a
+// DNS-1123 subdomain: written by an embedder straight to the store, or a
+// key edited by hand in etcd) is listed by cidr get, serves allocations,
+// and so is shown by cidr get NAME, listed by ip get --cidr NAME and
+// deleted by cidr delete NAME like any other; cidr create and cidr
+// update still refuse the name.
+func TestACIDRTheStoreHoldsIsManagedWhateverItsName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.db")
+	st, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "Legacy_1"
+	if _, err := st.CreateCIDR(context.Background(), cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.7.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	c := &cli{t: t, store: []string{"--db", path}}
+	wantCIDRList(t, c.ok("cidr", "get"), map[string][2]string{name: {"10.7.0.0/24", "Ready"}})
+	c.ok("ip", "allocate", "10.7.0.5", "--parent", "services/default/a")
+	if got := fieldOf(c.ok("cidr", "get", name), "Name:"); got != name {
+		t.Errorf("cidr get %s: Name %q", name, got)
+	}
+	var ips list[ipObject]
+	c.json(&ips, "ip", "get", "--cidr", name)
+	if len(ips.Items) != 1 || ips.Items[0].Name != "10.7.0.5" {
+		t.Errorf("ip get --cidr %s: %+v", name, ips.Items)
+	}
+	c.fail(exitPending, "", "cidr", "delete", name) // held by 10.7.0.5
+	c.ok("ip", "release", "10.7.0.5")               // the last holder: the CIDR goes with it
+	c.fail(exitNotFound, `cidr "Legacy_1" not found`, "cidr", "get", name)
+	c.fail(exitNotFound, `cidr "Legacy_1" not found`, "cidr", "delete", name)
+	c.fail(exitNotFound, `cidr "Legacy_1" not found`, "ip", "get", "--cidr", name)
+	c.fail(exitUsage, "metadata.name", "cidr", "create", name, "10.7.0.0/24")
+	c.fail(exitUsage, "metadata.name", "cidr", "update", name, "10.7.0.0/24", "fd00:7::/120")
 }
 
 // Repair's summary counts one of a thing in the singular.
@@ -996,7 +1045,7 @@ func TestIPGetByCIDRListsTheAddressesInsideIt(t *testing.T) {
 	c.fail(exitNotFound, `cidr "nope" not found`, "ip", "get", "--cidr", "nope")
 	c.fail(exitUsage, "give it without an address or --parent", "ip", "get", "--cidr", "small", "--parent", "services/default/a")
 	c.fail(exitUsage, "give it without an address or --parent", "ip", "get", "10.0.1.5", "--cidr", "small")
-	c.fail(exitUsage, "metadata.name", "ip", "get", "--cidr", "Not_A_Name")
+	c.fail(exitUsage, "metadata.name", "ip", "get", "--cidr", "a/b")
 }
 
 // Walkthrough 8.3 (renumbering) as the README shows it: the old default
