@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -51,6 +54,11 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 	}
 	if len(spec.endpoints) == 0 {
 		return nil, usageErrorf("--etcd %q: no endpoint", eps)
+	}
+	for _, ep := range spec.endpoints {
+		if err := checkEndpoint(ep); err != nil {
+			return nil, usageErrorf("--etcd endpoint %q: %v", ep, err)
+		}
 	}
 	for _, f := range []string{"etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-user"} {
 		// An unset variable must not mean the default, or no TLS.
@@ -104,6 +112,66 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 		spec.user, spec.password, spec.askPassword = name, password, password == ""
 	}
 	return spec, nil
+}
+
+// checkEndpoint reports what is wrong with the etcd endpoint ep, if
+// anything, in the forms the etcd client takes: HOST:PORT; http:// or
+// https:// and HOST:PORT (a trailing "/" allowed); unix: or unixs: and a
+// path (unix:///abs, unix://rel, unix:rel). An IPv6 address goes in
+// brackets, [::1]:2379; the port is a number from 1 to 65535. An endpoint
+// the client cannot dial is otherwise found only when the dial times out,
+// after etcdDialTimeout, the error naming nothing wrong with it.
+func checkEndpoint(ep string) error {
+	if strings.ContainsFunc(ep, unicode.IsSpace) {
+		return errors.New("holds white space (endpoints are separated by commas)")
+	}
+	lower := strings.ToLower(ep)
+	if strings.HasPrefix(lower, "unix:") || strings.HasPrefix(lower, "unixs:") {
+		_, path, _ := strings.Cut(ep, ":")
+		if strings.TrimPrefix(path, "//") == "" {
+			return errors.New("no socket path")
+		}
+		return nil
+	}
+	if !strings.Contains(ep, "://") {
+		return checkHostPort(ep)
+	}
+	u, err := url.Parse(ep)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a URL: %v", errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q: must be http, https, unix or unixs", u.Scheme)
+	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		// The client would dial HOST:PORT and ignore the rest.
+		return errors.New("a URL names only the scheme and HOST:PORT (no user, path or query: the client would ignore them; --etcd-user names a user)")
+	}
+	return checkHostPort(u.Host)
+}
+
+// checkHostPort reports what is wrong with hp as HOST:PORT, if anything.
+func checkHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	var ae *net.AddrError
+	switch {
+	case errors.As(err, &ae) && strings.Contains(ae.Err, "too many colons"):
+		return fmt.Errorf("not HOST:PORT (%s; an IPv6 address goes in brackets, [::1]:2379)", ae.Err)
+	case errors.As(err, &ae):
+		return fmt.Errorf("not HOST:PORT (%s)", ae.Err)
+	case err != nil:
+		return fmt.Errorf("not HOST:PORT (%v)", err)
+	case host == "":
+		// An unset variable in --etcd "$HOST:2379" must not mean this host.
+		return errors.New("no host before the port")
+	case strings.HasPrefix(hp, "["):
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
+			return fmt.Errorf("%q in brackets is not an IPv6 address", host)
+		}
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q: must be a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // askEtcdPassword asks for the password of spec's user on the terminal

@@ -38,21 +38,27 @@ func startEtcd(t *testing.T) string {
 // returns its client host:port.
 func startMember(t *testing.T, name string, tlsInfo *transport.TLSInfo) string {
 	t.Helper()
-	var ports [2]int
+	return startMemberOn(t, name, "127.0.0.1", tlsInfo)
+}
+
+// startMemberOn is startMember on the address ip (127.0.0.1, ::1).
+func startMemberOn(t *testing.T, name, ip string, tlsInfo *transport.TLSInfo) string {
+	t.Helper()
+	var hosts [2]string
 	var ls []net.Listener
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for i := range hosts {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		hosts[i] = l.Addr().String()
 	}
 	for _, l := range ls { // hold both until both are chosen, then free them for etcd
 		l.Close()
 	}
-	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	client := url.URL{Scheme: "http", Host: hosts[0]}
+	peer := url.URL{Scheme: "http", Host: hosts[1]}
 	cfg := embed.NewConfig()
 	cfg.Name = name
 	cfg.Dir = t.TempDir()
@@ -324,6 +330,53 @@ func TestAnEtcdNobodyAnswersOnIsNamed(t *testing.T) {
 	// would cost, were it waited for.
 	live := startEtcd(t)
 	(&cli{t: t, store: []string{"--etcd", addr + "," + live}}).ok("cidr", "get", "--timeout", "4s")
+}
+
+// Every --etcd endpoint is checked before etcd is contacted: one the
+// client could not dial (no port, a port out of range or not a number,
+// white space inside, a scheme it does not take) exits 2 at once, naming
+// it, instead of failing as an etcd that does not answer after the 5 s
+// dial timeout. Every form the client takes is accepted, and reaches etcd:
+// HOST:PORT, http:// and a trailing "/" (the scheme in any case), an IPv6
+// address in brackets, spaces around the commas.
+func TestAMalformedEtcdEndpointIsRefusedBeforeEtcdIsContacted(t *testing.T) {
+	for ep, want := range map[string]string{
+		"127.0.0.1":                     "missing port",
+		"127.0.0.1:99999":               `port "99999": must be a number from 1 to 65535`,
+		"127.0.0.1:0":                   `port "0"`,
+		"127.0.0.1:2379x":               `port "2379x"`,
+		"127.0.0.1:2379 127.0.0.1:2380": "white space",
+		"ftp://127.0.0.1:2379":          `scheme "ftp"`,
+		"https://127.0.0.1":             "missing port",
+		"http://127.0.0.1:2379/v3":      "no user, path or query",
+		"::1:2379":                      "in brackets",
+		"[etcd]:2379":                   "not an IPv6 address",
+		":2379":                         "no host",
+		"unix://":                       "no socket path",
+	} {
+		// A --timeout shorter than the dial's: an etcd contacted would
+		// end in exit 1.
+		c := &cli{t: t, store: []string{"--etcd", "127.0.0.1:2379," + ep, "--timeout", "2s"}}
+		r := c.fail(exitUsage, want, "cidr", "get")
+		if q := fmt.Sprintf("--etcd endpoint %q", ep); !strings.Contains(r.stderr, q) {
+			t.Errorf("--etcd %q: stderr %q does not name the endpoint (%s)", ep, r.stderr, q)
+		}
+	}
+	if testing.Short() {
+		return
+	}
+	live := startEtcd(t)
+	good := []string{live, "http://" + live, "HTTP://" + live + "/", " " + live + " , http://" + live}
+	if l, err := net.Listen("tcp", "[::1]:0"); err == nil {
+		l.Close()
+		v6 := startMemberOn(t, "ipamctl-test-v6", "::1", nil)
+		good = append(good, v6, "http://"+v6+"/")
+	} else {
+		t.Logf("no IPv6 loopback (%v): [::1]:PORT not tried", err)
+	}
+	for _, eps := range good {
+		(&cli{t: t, store: []string{"--etcd", eps}}).ok("cidr", "get")
+	}
 }
 
 // testPKI is a CA, and the certificates it signed for a test etcd and its
