@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -79,6 +80,12 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 		cfg, err := info.ClientConfig()
 		if err != nil {
 			return nil, usageErrorf("--etcd-cacert, --etcd-cert, --etcd-key: %v", err)
+		}
+		// The client reads a file without a PEM block as no CA at all: no
+		// etcd's certificate would be trusted, and the error would come
+		// only from the handshake.
+		if info.TrustedCAFile != "" && cfg.RootCAs.Equal(x509.NewCertPool()) {
+			return nil, usageErrorf("--etcd-cacert %s: the file holds no certificate (want PEM, -----BEGIN CERTIFICATE-----)", info.TrustedCAFile)
 		}
 		spec.tls = cfg
 	}

@@ -546,6 +546,23 @@ func TestAnEtcdOverTLSIsUsedWithItsFlagsAndItsRefusalsNamed(t *testing.T) {
 	(&cli{t: t, store: asRoot}).fail(exitUsage, etcdPasswordEnv, "cidr", "get")
 }
 
+// --etcd-cacert naming a file that holds no certificate (empty, some
+// other text) is refused, exit 2, before etcd is contacted: the client
+// would read it as a pool of no CA, and trust no etcd.
+func TestACACertFileWithoutACertificateIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{"empty.pem": "", "text.pem": "not a certificate\n"} {
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A --timeout shorter than the dial's: an etcd contacted would
+		// end in exit 1.
+		c := &cli{t: t, store: []string{"--etcd", "127.0.0.1:1", "--etcd-cacert", file, "--timeout", "2s"}}
+		c.fail(exitUsage, "--etcd-cacert "+file+": the file holds no certificate", "cidr", "get")
+	}
+}
+
 // spoil appends a space, which the store never writes, to the value of
 // key in the etcd at ep, so that the store can no longer read it (read, it
 // would be what it was). It returns a client on ep, closed with the test,
