@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -276,14 +277,29 @@ func cidrGet(e *env) error {
 // store.ErrNotFound.
 func notFound(kind, name string, err error) error {
 	if errors.Is(err, allocator.ErrNotFound) {
-		return &notFoundError{kind: kind, name: name}
+		return &notFoundError{kind: kind, names: []string{name}}
 	}
 	return err
 }
 
-type notFoundError struct{ kind, name string }
+// notFoundError names the objects of a kind that were not found, one or
+// more (ip release ADDR...).
+type notFoundError struct {
+	kind  string
+	names []string
+}
 
-func (e *notFoundError) Error() string        { return fmt.Sprintf("%s %q not found", e.kind, e.name) }
+func (e *notFoundError) Error() string {
+	q := make([]string, len(e.names))
+	for i, n := range e.names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) == 1 {
+		return fmt.Sprintf("%s %s not found", e.kind, q[0])
+	}
+	return fmt.Sprintf("not found: %s %s", e.kind, strings.Join(q, ", "))
+}
+
 func (e *notFoundError) Is(target error) bool { return target == allocator.ErrNotFound }
 
 type deleteResult struct {
@@ -556,7 +572,7 @@ func ipRelease(e *env) error {
 		var skipped *store.SkippedError
 		if errors.As(err, &skipped) {
 			warnSkipped(e, skipped, "not released")
-			if err := printReleased(e, released); err != nil {
+			if err := printReleased(e, released, nil); err != nil {
 				return err
 			}
 			return fmt.Errorf("%s may still hold %s that cannot be read (not released, see the warnings): %w", e.in.parent, counted(skipped.Count, "record"), store.ErrCorrupt)
@@ -564,29 +580,80 @@ func ipRelease(e *env) error {
 		if err != nil {
 			// What was released before the error (--timeout, Ctrl-C)
 			// stays released: say what, as for ADDR... below.
-			printReleased(e, released)
+			printReleased(e, released, nil)
 			return err
 		}
-		return printReleased(e, released)
+		return printReleased(e, released, nil)
 	}
-	var released []netip.Addr
-	for _, a := range e.in.addrs {
-		if err := e.a.Release(e.ctx, a); err != nil {
-			printReleased(e, released)
-			return notFound("ipaddress", a.String(), err)
+	// An address without a record stops none of the others: a list of
+	// what a script holds may name one already released. Each is named,
+	// and the command exits 3 once the others are released. Any other
+	// error stops it at once, saying which addresses were not tried. An
+	// address named twice is released once.
+	var released, missing []netip.Addr
+	done := map[netip.Addr]bool{}
+	for i, a := range e.in.addrs {
+		if done[a] {
+			continue
 		}
-		released = append(released, a)
+		done[a] = true
+		err := e.a.Release(e.ctx, a)
+		switch {
+		case err == nil:
+			released = append(released, a)
+		case errors.Is(err, allocator.ErrNotFound):
+			missing = append(missing, a)
+		default:
+			// What was released before the error stays released.
+			printReleased(e, released, missing)
+			var notTried []string
+			for _, b := range e.in.addrs[i+1:] {
+				if !done[b] {
+					done[b] = true
+					notTried = append(notTried, b.String())
+				}
+			}
+			err = fmt.Errorf("releasing %s: %w", a, err)
+			if len(notTried) > 0 {
+				err = fmt.Errorf("%w; not tried: %s", err, strings.Join(notTried, ", "))
+			}
+			if len(missing) > 0 {
+				err = fmt.Errorf("%w; before it, %v", err, addrsNotFound(missing))
+			}
+			return err
+		}
 	}
-	return printReleased(e, released)
+	if err := printReleased(e, released, missing); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return addrsNotFound(missing)
+	}
+	return nil
 }
 
-func printReleased(e *env, addrs []netip.Addr) error {
+// addrsNotFound is the error of ip release for addresses without a record.
+func addrsNotFound(addrs []netip.Addr) error {
+	nf := &notFoundError{kind: "ipaddress"}
+	for _, a := range addrs {
+		nf.names = append(nf.names, a.String())
+	}
+	return nf
+}
+
+// printReleased prints the addresses released and, in -o json|yaml, those
+// named that had no record (table output names them in the error).
+func printReleased(e *env, addrs, missing []netip.Addr) error {
 	if e.out != formatTable {
 		out := struct {
 			Released []string `json:"released"`
+			NotFound []string `json:"notFound,omitempty"`
 		}{Released: []string{}}
 		for _, a := range addrs {
 			out.Released = append(out.Released, a.String())
+		}
+		for _, a := range missing {
+			out.NotFound = append(out.NotFound, a.String())
 		}
 		return emit(e.stdout, e.out, out)
 	}

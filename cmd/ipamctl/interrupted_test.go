@@ -21,9 +21,10 @@ import (
 	"github.com/netipam/netipam/store/memory"
 )
 
-// cancellingStore ends a command's context after its n-th deletion, as
-// --timeout or Ctrl-C would in the middle of a pass, and from then on
-// refuses deletions as a store does whose context has ended.
+// cancellingStore ends a command's context after its n-th deletion (one
+// of an address without a record included), as --timeout or Ctrl-C would
+// in the middle of a pass, and from then on refuses deletions as a store
+// does whose context has ended.
 type cancellingStore struct {
 	store.Store
 	cancel context.CancelFunc
@@ -31,10 +32,18 @@ type cancellingStore struct {
 }
 
 func (s *cancellingStore) DeleteAddressAt(ctx context.Context, addr netip.Addr, rev int64) (ipaddress.IPAddress, int64, error) {
+	return s.deleted(ctx, func() (ipaddress.IPAddress, int64, error) { return s.Store.DeleteAddressAt(ctx, addr, rev) })
+}
+
+func (s *cancellingStore) DeleteAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, int64, error) {
+	return s.deleted(ctx, func() (ipaddress.IPAddress, int64, error) { return s.Store.DeleteAddress(ctx, addr) })
+}
+
+func (s *cancellingStore) deleted(ctx context.Context, del func() (ipaddress.IPAddress, int64, error)) (ipaddress.IPAddress, int64, error) {
 	if err := ctx.Err(); err != nil {
 		return ipaddress.IPAddress{}, 0, err
 	}
-	rec, deleted, err := s.Store.DeleteAddressAt(ctx, addr, rev)
+	rec, deleted, err := del()
 	if s.n.Add(-1) == 0 {
 		s.cancel()
 	}
@@ -170,5 +179,39 @@ func TestAReleaseCutShortReportsWhatItReleased(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) || left != records-3 || out != want {
 		t.Errorf("ip release --parent cut short, table: error %v, %d left, output %q, want %q", err, left, out, want)
+	}
+}
+
+// ip release ADDR... goes on past an address without a record, but any
+// other error (here the context ending after the third deletion) stops
+// it at once: what it released is printed, and the error says which
+// addresses were not tried and which had no record.
+func TestAReleaseOfAListStopsAtAnErrorNamingWhatWasNotTried(t *testing.T) {
+	// 10.96.0.99 has no record; 10.96.0.13 is named twice.
+	args := []string{"ip", "release", "10.96.0.10", "10.96.0.99", "10.96.0.11", "10.96.0.12", "10.96.0.13", "10.96.0.14", "10.96.0.13"}
+	const records = 10
+	for _, format := range []string{"table", "json"} {
+		out, left, err := cutShort(t, records, append(args, "-o", format)...)
+		if !errors.Is(err, context.Canceled) || exitCode(err) != exitError || left != records-2 {
+			t.Fatalf("-o %s: error %v (exit %d), %d records left; want the context's (exit %d), %d left", format, err, exitCode(err), left, exitError, records-2)
+		}
+		for _, want := range []string{"releasing 10.96.0.12: ", "not tried: 10.96.0.13, 10.96.0.14;", `ipaddress "10.96.0.99" not found`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("-o %s: error %q does not say %q", format, err, want)
+			}
+		}
+		if format == "table" {
+			if want := "ipaddress/10.96.0.10 released\nipaddress/10.96.0.11 released\n"; out != want {
+				t.Errorf("printed %q, want %q", out, want)
+			}
+			continue
+		}
+		var rel struct{ Released, NotFound []string }
+		if err := json.Unmarshal([]byte(out), &rel); err != nil {
+			t.Fatalf("-o json: %v\n%q", err, out)
+		}
+		if strings.Join(rel.Released, " ") != "10.96.0.10 10.96.0.11" || strings.Join(rel.NotFound, " ") != "10.96.0.99" {
+			t.Errorf("-o json: %+v, want released 10.96.0.10 and 10.96.0.11, 10.96.0.99 not found", rel)
+		}
 	}
 }

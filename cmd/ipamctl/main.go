@@ -17,7 +17,9 @@
 //	                                     or those inside a CIDR
 //	                                     (a record it cannot read: warned of, exit 1)
 //	ip release ADDR... | --parent REF    release addresses, or an owner's
-//	                                     (a record it cannot read: warned of, exit 1)
+//	                                     (an ADDR without a record: named, the
+//	                                     others released, exit 3; a record it
+//	                                     cannot read: warned of, exit 1)
 //	repair --consumers FILE [--dry-run] [--leak-grace 60s]
 //	usage                                size, used and free addresses per CIDR prefix
 //
@@ -68,7 +70,7 @@ const (
 	exitOK       = 0 // done
 	exitError    = 1 // anything else: store unreachable, I/O, timeout, corrupt data (ip get, ip release --parent: also done but for records it cannot read)
 	exitUsage    = 2 // bad command line or invalid input (name, prefix, address, parentRef, not in range, refused by admission)
-	exitNotFound = 3 // no such CIDR or address record
+	exitNotFound = 3 // no such CIDR or address record (ip release ADDR...: some of them, the others released)
 	exitConflict = 4 // already exists, already allocated, modified concurrently
 	exitFull     = 5 // range is full: no free address in any live CIDR of the family
 	exitPending  = 6 // cidr delete: the CIDR is Terminating, held by addresses (it goes once they are released)
@@ -308,7 +310,8 @@ Commands:
   ip get [ADDR | --parent REF | --cidr NAME]
                                         list address records, show one, an owner's,
                                         or those inside a CIDR
-  ip release ADDR... | --parent REF     release addresses
+  ip release ADDR... | --parent REF     release addresses (those without a record
+                                        are named, the others released: exit 3)
   repair --consumers FILE [--dry-run] [--leak-grace 60s]
                                         reconcile records with a consumers file
   usage                                 size, used and free addresses per CIDR prefix

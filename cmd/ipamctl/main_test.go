@@ -967,6 +967,42 @@ func TestACIDRTheStoreHoldsIsManagedWhateverItsName(t *testing.T) {
 	c.fail(exitUsage, "metadata.name", "cidr", "update", name, "10.7.0.0/24", "fd00:7::/120")
 }
 
+// ip release ADDR... releases every address that has a record, going on
+// past those that have none (a script's list may name one released
+// before), names each of those, and exits 3 at the end; an address named
+// twice is released once, not then found missing. In -o json, "notFound"
+// lists them.
+func TestReleaseOfAListGoesOnPastAddressesWithoutARecord(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "k", "10.96.0.0/24")
+	for _, a := range []string{"10.96.0.2", "10.96.0.3", "10.96.0.4", "10.96.0.5", "10.96.0.6"} {
+		c.ok("ip", "allocate", a, "--parent", "services/default/a")
+	}
+	r := c.fail(exitNotFound, `ipamctl: not found: ipaddress "10.96.0.99", "10.96.0.98"`,
+		"ip", "release", "10.96.0.2", "10.96.0.99", "10.96.0.3", "10.96.0.98", "10.96.0.2", "10.96.0.4")
+	if want := "ipaddress/10.96.0.2 released\nipaddress/10.96.0.3 released\nipaddress/10.96.0.4 released\n"; r.stdout != want {
+		t.Errorf("printed %q, want %q", r.stdout, want)
+	}
+	if strings.Contains(r.stderr, `"10.96.0.2"`) {
+		t.Errorf("10.96.0.2, named twice, is said not found: %q", r.stderr)
+	}
+	var ips list[ipObject]
+	c.json(&ips, "ip", "get")
+	if len(ips.Items) != 2 {
+		t.Errorf("left after the release: %+v, want 10.96.0.5 and 10.96.0.6", ips.Items)
+	}
+
+	r = c.fail(exitNotFound, `ipamctl: ipaddress "10.96.0.97" not found`, "ip", "release", "10.96.0.97", "10.96.0.5", "-o", "json")
+	var rel struct{ Released, NotFound []string }
+	if err := json.Unmarshal([]byte(r.stdout), &rel); err != nil || strings.Join(rel.Released, " ") != "10.96.0.5" || strings.Join(rel.NotFound, " ") != "10.96.0.97" {
+		t.Errorf("-o json: %+v, %v\n%s", rel, err, r.stdout)
+	}
+	// All found: no "notFound" key.
+	if out := c.ok("ip", "release", "10.96.0.6", "-o", "json"); strings.Contains(out, "notFound") {
+		t.Errorf("-o json, all released:\n%s", out)
+	}
+}
+
 // Repair's summary counts one of a thing in the singular.
 func TestRepairSummaryCountsOneInTheSingular(t *testing.T) {
 	c, file := oneLeak(t)
