@@ -33,19 +33,26 @@ type command struct {
 	// opened (and a bbolt file locked): input that is slow to come, or
 	// wrong, holds no lock.
 	prepare func(*env) error
-	// readOnly commands do not create a missing --db file: a mistyped
-	// path would show an empty store as if it were the real one.
+	// mustExist commands refuse a missing --db file instead of creating
+	// an empty store there: on a mistyped path, a read would show an
+	// empty store as if it were the real one, and ip release, cidr delete
+	// or cidr update would answer "not found", which a script takes for
+	// "already done".
+	mustExist bool
+	// readOnly commands write nothing: they open the file read-only (a
+	// shared lock, beside other readers, and a file one may only read).
+	// They are mustExist too: a file opened read-only is never created.
 	readOnly bool
 }
 
 var commands = []command{
 	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
-	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs},
+	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
-	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg},
+	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg, mustExist: true},
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},
 	{name: "ip get", flags: []string{"parent", "cidr"}, maxArgs: 1, args: "[ADDR | --parent REF | --cidr NAME]", run: ipGet, parse: ipGetArgs, readOnly: true},
-	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs},
+	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs, mustExist: true},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
 	{name: "usage", args: "", run: usageCmd, readOnly: true},
 }
@@ -875,7 +882,9 @@ func repairArgs(e *env) error {
 	}
 	// A dry run writes nothing: like the other reads, it neither creates
 	// a mistyped --db nor takes more than a shared lock.
-	e.readOnly = e.cl.has("dry-run")
+	if e.cl.has("dry-run") {
+		e.access = storeAccess{readOnly: true, mustExist: true}
+	}
 	return nil
 }
 

@@ -275,23 +275,23 @@ func printsBack(inv *invocation) error {
 // reading is what an invocation holds that a rendering of its line must
 // keep.
 type reading struct {
-	Command  string
-	Args     []string
-	Flags    map[string]string
-	In       input
-	Out      format
-	ReadOnly bool
-	Spec     storeSpec
-	Timeout  time.Duration
+	Command string
+	Args    []string
+	Flags   map[string]string
+	In      input
+	Out     format
+	Access  storeAccess
+	Spec    storeSpec
+	Timeout time.Duration
 }
 
 func readingOf(inv *invocation) reading {
 	e := inv.e
-	return reading{Command: inv.cmd.name, Args: e.cl.args, Flags: e.cl.flags, In: e.in, Out: e.out, ReadOnly: e.readOnly, Spec: inv.spec, Timeout: inv.timeout}
+	return reading{Command: inv.cmd.name, Args: e.cl.args, Flags: e.cl.flags, In: e.in, Out: e.out, Access: e.access, Spec: inv.spec, Timeout: inv.timeout}
 }
 
 var readingCmp = cmp.Options{
-	cmp.AllowUnexported(input{}, storeSpec{}, etcdSpec{}),
+	cmp.AllowUnexported(input{}, storeSpec{}, etcdSpec{}, storeAccess{}),
 	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
 	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
 }

@@ -25,8 +25,9 @@
 //
 // Global flags, accepted anywhere on the line:
 //
-//	--db PATH            bbolt file (default ./ipam.db; created if missing,
-//	                     except by the commands that only read)
+//	--db PATH            bbolt file (default ./ipam.db; created if missing
+//	                     only by cidr create, ip allocate and repair
+//	                     without --dry-run)
 //	--lock-timeout D     wait at most D for another process's file lock (5s)
 //	--etcd EP[,EP...]    etcd endpoints (host:port or URLs), instead of --db
 //	--etcd-prefix P      etcd key prefix (default /netipam)
@@ -242,8 +243,15 @@ type env struct {
 	a      *allocator.Allocator
 	st     store.Store
 
-	in       input // the command's arguments and flags, parsed
-	readOnly bool  // open the store read-only: the command writes nothing
+	in     input       // the command's arguments and flags, parsed
+	access storeAccess // how the command opens a bbolt file
+}
+
+// storeAccess is how a command opens a bbolt file (command's mustExist
+// and readOnly say why).
+type storeAccess struct {
+	mustExist bool // a missing file is an error, not a new store
+	readOnly  bool // read-only: a shared lock, nothing written
 }
 
 // input is what a command's parse (and repair's prepare) made of its
@@ -317,8 +325,9 @@ Commands:
   usage                                 size, used and free addresses per CIDR prefix
 
 Global flags, anywhere on the line:
-  --db FILE             bbolt file (default ./ipam.db; created if missing,
-                        except by cidr get, ip get, usage and repair --dry-run)
+  --db FILE             bbolt file (default ./ipam.db; created if missing
+                        only by cidr create, ip allocate and repair
+                        without --dry-run)
   --lock-timeout D      wait at most D for another process's lock on FILE (5s)
   --etcd EP,...         etcd endpoints (host:port or https://host:port),
                         instead of --db
@@ -419,7 +428,8 @@ func parseLine(argv []string, stdin io.Reader, stdout, stderr io.Writer) (*invoc
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cl: cl, out: out, stdin: stdin, stdout: stdout, stderr: stderr, log: log, now: time.Now(), readOnly: cmd.readOnly}
+	e := &env{cl: cl, out: out, stdin: stdin, stdout: stdout, stderr: stderr, log: log, now: time.Now(),
+		access: storeAccess{mustExist: cmd.mustExist || cmd.readOnly, readOnly: cmd.readOnly}}
 	if cmd.parse != nil {
 		if err := cmd.parse(e); err != nil {
 			return nil, err
@@ -436,7 +446,7 @@ func runCmd(e *env, cmd command, spec storeSpec) error {
 			return err
 		}
 	}
-	st, err := openStore(e.ctx, spec, e.log, e.readOnly, e.warn)
+	st, err := openStore(e.ctx, spec, e.log, e.access, e.warn)
 	if err != nil {
 		return err
 	}
@@ -511,21 +521,23 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // openStore opens the bbolt file or connects to etcd; warn receives what
 // an etcd store's watch skips.
-func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, readOnly bool, warn func(error)) (store.Store, error) {
+func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, access storeAccess, warn func(error)) (store.Store, error) {
 	if spec.etcd != nil {
 		return openEtcd(ctx, spec.etcd, log, warn)
 	}
 	path := spec.path
 	opts := []bolt.Option{bolt.WithLockTimeout(spec.lockTimeout)}
-	if readOnly {
+	if access.mustExist {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("no store at %s (a command that only reads does not create one; check --db)", path)
+			return nil, fmt.Errorf("no store at %s (this command does not create one; check --db)", path)
 		}
+	}
+	if access.readOnly {
 		// A shared lock, a file one may only read, and nothing written,
 		// not even to make a store of an empty file.
 		opts = append(opts, bolt.WithReadOnly())
 	}
-	log.Debug("opening bolt store", "path", path, "readOnly", readOnly)
+	log.Debug("opening bolt store", "path", path, "readOnly", access.readOnly)
 	// --timeout and Ctrl-C end the wait for the lock too.
 	return bolt.OpenContext(ctx, path, opts...)
 }

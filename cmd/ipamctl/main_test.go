@@ -623,6 +623,38 @@ func TestTheCommandLineRefusesWhatItWouldMisread(t *testing.T) {
 	}
 }
 
+// The commands that act on what a store holds (ip release, cidr delete,
+// cidr update) refuse a missing --db file as the reads do, exit 1, rather
+// than create an empty store there and answer "not found" (exit 3), which
+// a script takes for "already released" or "already deleted". On the
+// store, they still write.
+func TestACommandOnWhatTheStoreHoldsRefusesAMissingDBFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo.db")
+	typo := &cli{t: t, store: []string{"--db", missing}}
+	for _, cmd := range [][]string{
+		{"ip", "release", "10.96.0.2"},
+		{"ip", "release", "--parent", "services/default/a"},
+		{"cidr", "delete", "kubernetes"},
+		{"cidr", "update", "kubernetes", "10.96.0.0/24", "fd00::/120"},
+		{"cidr", "get"}, // a read, for the message they share
+	} {
+		typo.fail(exitError, "no store at "+missing+" (this command does not create one; check --db)", cmd...)
+		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%v created %s: %v", cmd, missing, err)
+		}
+	}
+
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	c.ok("ip", "allocate", "10.96.0.2", "--parent", "services/default/a")
+	c.ok("ip", "allocate", "10.96.0.3", "--parent", "services/default/b")
+	c.ok("ip", "release", "10.96.0.2")
+	c.ok("ip", "release", "--parent", "services/default/b")
+	c.ok("cidr", "update", "kubernetes", "10.96.0.0/24", "fd00::/120")
+	c.ok("cidr", "delete", "kubernetes")
+	c.fail(exitNotFound, "not found", "cidr", "get", "kubernetes")
+}
+
 // Every argument and flag is checked before the store is opened: a bad
 // one exits 2 having created no --db file, without waiting for another
 // process's lock, and without contacting etcd. A repair dry run opens the
