@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -1032,6 +1034,37 @@ func TestReleaseOfAListGoesOnPastAddressesWithoutARecord(t *testing.T) {
 	// All found: no "notFound" key.
 	if out := c.ok("ip", "release", "10.96.0.6", "-o", "json"); strings.Contains(out, "notFound") {
 		t.Errorf("-o json, all released:\n%s", out)
+	}
+}
+
+// Repair's table prints a consumer's address text as it was written only
+// when that is safe in a cell: text holding white space or a rune that is
+// not printable (a tab would forge a column, an escape sequence control
+// the terminal) is quoted.
+func TestRepairQuotesAnAddressTextThatWouldForgeTheTable(t *testing.T) {
+	c, _ := oneLeak(t)
+	texts := []string{"10.96.0.5\tFORGED", "\x1b[2J10.96.0.6", "10.96.0.7 x", "10.96.0.8\u2028"}
+	var entries []string
+	for i, a := range texts {
+		q, _ := json.Marshal(a)
+		entries = append(entries, fmt.Sprintf(`{"parentRef": "services/default/s%d", "addresses": [%s]}`, i, q))
+	}
+	file := filepath.Join(t.TempDir(), "consumers.json")
+	if err := os.WriteFile(file, []byte("["+strings.Join(entries, ",")+"]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := c.ok("repair", "--consumers", file, "--dry-run")
+	for _, a := range texts {
+		if !regexp.MustCompile(`\nInvalid +` + regexp.QuoteMeta(strconv.Quote(a)) + ` +services/`).MatchString(out) {
+			t.Errorf("repair's table lacks %s, quoted, in its ADDRESS column:\n%s", strconv.Quote(a), out)
+		}
+	}
+	if strings.ContainsAny(out, "\t\x1b\u2028") {
+		t.Errorf("repair's table holds a tab, an escape or a line separator:\n%q", out)
+	}
+	// Text that is safe stays as written.
+	if !regexp.MustCompile(`\nLeakPending +10\.96\.0\.9 +services/`).MatchString(out) {
+		t.Errorf("repair's table quotes a plain address:\n%s", out)
 	}
 }
 
