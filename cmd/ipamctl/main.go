@@ -396,6 +396,11 @@ func parseLine(argv []string, stdin io.Reader, stdout, stderr io.Writer) (*invoc
 		fmt.Fprint(stdout, strings.TrimPrefix(usageText, "\n"))
 		return nil, nil
 	}
+	if f, ok := cl.flags["output"]; ok && f == "" {
+		// An unset variable in -o "$FORMAT" must not mean the table, as
+		// in --db "$DB" it must not mean ./ipam.db.
+		return nil, usageErrorf(`-o "": no format named (table, wide, json or yaml)`)
+	}
 	out, err := parseFormat(cl.flags["output"])
 	if err != nil {
 		return nil, err

@@ -933,6 +933,18 @@ func TestReadsChangeNothingAndAnEmptyDBFlagIsRefused(t *testing.T) {
 	}
 }
 
+// -o "" (an unset variable in -o "$FORMAT") is refused, exit 2, as
+// --db "" is, rather than read as the table a script did not ask for.
+func TestAnEmptyOutputFormatIsRefused(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "kubernetes", "10.96.0.0/24")
+	for _, args := range [][]string{{"cidr", "get", "-o", ""}, {"usage", "--output="}, {"-o=", "ip", "get"}} {
+		if r := c.fail(exitUsage, `-o "": no format named`, args...); r.stdout != "" {
+			t.Errorf("%v printed %q", args, r.stdout)
+		}
+	}
+}
+
 // A CIDR name, or a set of prefixes, that no CIDR can have is refused
 // before the store is opened, by every cidr command and ip get --cidr:
 // exit 2, and no --db file created. A CIDR is created or updated only
