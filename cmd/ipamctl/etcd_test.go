@@ -379,6 +379,16 @@ func TestAMalformedEtcdEndpointIsRefusedBeforeEtcdIsContacted(t *testing.T) {
 	}
 }
 
+// --lock-timeout, which bounds the wait for a --db file's lock, is
+// refused with --etcd (exit 2, before etcd is contacted), as the
+// --etcd-* flags are without --etcd: taken and ignored, it would look
+// like a bound it is not.
+func TestLockTimeoutIsRefusedWithEtcd(t *testing.T) {
+	c := &cli{t: t, store: []string{"--etcd", "127.0.0.1:1", "--timeout", "2s"}}
+	c.fail(exitUsage, "--lock-timeout is for the --db file's lock", "usage", "--lock-timeout", "1s")
+	c.fail(exitUsage, "--lock-timeout is for the --db file's lock", "--lock-timeout=0", "cidr", "get")
+}
+
 // testPKI is a CA, and the certificates it signed for a test etcd and its
 // client, as PEM files.
 type testPKI struct {

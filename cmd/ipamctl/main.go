@@ -28,7 +28,8 @@
 //	--db PATH            bbolt file (default ./ipam.db; created if missing
 //	                     only by cidr create, ip allocate and repair
 //	                     without --dry-run)
-//	--lock-timeout D     wait at most D for another process's file lock (5s)
+//	--lock-timeout D     wait at most D for another process's file lock
+//	                     (5s; not with --etcd)
 //	--etcd EP[,EP...]    etcd endpoints (host:port or URLs), instead of --db
 //	--etcd-prefix P      etcd key prefix (default /netipam)
 //	--etcd-cacert FILE   CA bundle to verify etcd's certificate (TLS)
@@ -328,7 +329,8 @@ Global flags, anywhere on the line:
   --db FILE             bbolt file (default ./ipam.db; created if missing
                         only by cidr create, ip allocate and repair
                         without --dry-run)
-  --lock-timeout D      wait at most D for another process's lock on FILE (5s)
+  --lock-timeout D      wait at most D for another process's lock on FILE
+                        (5s; not with --etcd)
   --etcd EP,...         etcd endpoints (host:port or https://host:port),
                         instead of --db
   --etcd-prefix P       etcd key prefix (default /netipam)
@@ -485,6 +487,10 @@ func parseStoreFlags(cl cmdline) (storeSpec, error) {
 	if _, ok := cl.flags["etcd"]; ok {
 		if _, both := cl.flags["db"]; both {
 			return spec, usageErrorf("--db and --etcd exclude each other")
+		}
+		if _, ok := cl.flags["lock-timeout"]; ok {
+			// Taken and ignored, it would look like a bound it is not.
+			return spec, usageErrorf("--lock-timeout is for the --db file's lock; with --etcd there is none (--timeout bounds the command)")
 		}
 		var err error
 		spec.etcd, err = parseEtcdFlags(cl)
