@@ -48,8 +48,10 @@ type command struct {
 }
 
 var commands = []command{
-	{name: "cidr create", minArgs: 2, maxArgs: 3, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
-	{name: "cidr update", minArgs: 3, maxArgs: 3, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
+	// More than two prefixes are cidrset.Validate's to refuse, with SPEC
+	// §1's message ("may only hold up to 2 values"), not the usage's.
+	{name: "cidr create", minArgs: 2, maxArgs: -1, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
+	{name: "cidr update", minArgs: 3, maxArgs: -1, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg, mustExist: true},
 	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},

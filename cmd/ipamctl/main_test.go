@@ -945,6 +945,24 @@ func TestAnEmptyOutputFormatIsRefused(t *testing.T) {
 	}
 }
 
+// A CIDR of more than two prefixes is refused with SPEC §1's message,
+// cidrset's, by cidr create and cidr update alike, before the store is
+// opened: it is invalid input, not a command line of the wrong shape.
+func TestMoreThanTwoPrefixesAreRefusedWithTheSpecsMessage(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo.db")
+	c := &cli{t: t, store: []string{"--db", missing}}
+	const want = `spec.cidrs: Invalid value: "10.0.0.0/24, fd00::/64, 10.1.0.0/24": may only hold up to 2 values`
+	for _, cmd := range []string{"create", "update"} {
+		r := c.fail(exitUsage, want, "cidr", cmd, "x", "10.0.0.0/24", "fd00::/64", "10.1.0.0/24")
+		if strings.Contains(r.stderr, "Usage:") {
+			t.Errorf("cidr %s with three prefixes prints the usage:\n%s", cmd, r.stderr)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("created %s: %v", missing, err)
+	}
+}
+
 // A CIDR name, or a set of prefixes, that no CIDR can have is refused
 // before the store is opened, by every cidr command and ip get --cidr:
 // exit 2, and no --db file created. A CIDR is created or updated only
