@@ -410,14 +410,16 @@ func ipAllocateArgs(e *env) error {
 	fam, famGiven := e.cl.flags["family"]
 	fs := familyFlag(fam)
 	switch {
+	case famGiven && len(fs) == 0:
+		// Said alike with an address or without: the value is wrong, not
+		// its match with the address.
+		return usageErrorf("--family %q: must be 4, 6 or dual", fam)
 	case len(e.in.addrs) == 1:
 		if addr := e.in.addrs[0]; famGiven && (len(fs) != 1 || fs[0] != ipaddress.FamilyOf(addr)) {
 			return usageErrorf("--family %s does not match address %s", fam, addr)
 		}
 	case !famGiven:
 		return usageErrorf("ip allocate: give an address or --family 4|6|dual")
-	case len(fs) == 0:
-		return usageErrorf("--family %q: must be 4, 6 or dual", fam)
 	default:
 		e.in.families = fs
 	}

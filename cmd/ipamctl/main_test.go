@@ -339,7 +339,8 @@ func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
 
 // TestFamilyFlagReadsAlikeWithAndWithoutAnAddress: --family is read the
 // same way, in any case, whether ip allocate is given an address or not;
-// with one, it must name the address's family.
+// with one, it must name the address's family. A value that is no family
+// is refused alike with or without one, naming the values it may take.
 func TestFamilyFlagReadsAlikeWithAndWithoutAnAddress(t *testing.T) {
 	c := newBoltCLI(t)
 	c.ok("cidr", "create", "dual", "10.0.0.0/24", "fd00:10::/120")
@@ -353,8 +354,12 @@ func TestFamilyFlagReadsAlikeWithAndWithoutAnAddress(t *testing.T) {
 		c.ok("ip", "allocate", fmt.Sprintf("fd00:10::%x", 10+i), "--family", fam, "--parent", "services/default/static")
 		c.ok("ip", "allocate", "--family", fam, "--parent", "services/default/dynamic")
 	}
-	for _, fam := range []string{"6", "ipv6", "dual", "5"} {
+	for _, fam := range []string{"6", "ipv6", "dual"} {
 		c.fail(exitUsage, "does not match address", "ip", "allocate", "10.0.0.20", "--family", fam, "--parent", "services/default/static")
+	}
+	for _, fam := range []string{"5", "7", "ipv5", ""} {
+		c.fail(exitUsage, fmt.Sprintf("--family %q: must be 4, 6 or dual", fam), "ip", "allocate", "10.0.0.20", "--family", fam, "--parent", "services/default/static")
+		c.fail(exitUsage, fmt.Sprintf("--family %q: must be 4, 6 or dual", fam), "ip", "allocate", "--family", fam, "--parent", "services/default/dynamic")
 	}
 	var ips list[ipObject]
 	c.json(&ips, "ip", "get", "--parent", "services/default/static")
