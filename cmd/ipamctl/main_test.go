@@ -968,6 +968,44 @@ func TestMoreThanTwoPrefixesAreRefusedWithTheSpecsMessage(t *testing.T) {
 	}
 }
 
+// usage, as the README says: an IPv6 prefix holding the IPv4-mapped block
+// (::/80 and wider) leaves its 2^32 addresses out of FREE, and -o json
+// prints the counts as exact JSON numbers, 128-bit ones included.
+func TestUsageLeavesTheIPv4MappedBlockOutOfFree(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "all", "::/0")
+	c.ok("cidr", "create", "wide", "::/80")
+	c.ok("cidr", "create", "plain", "fd00::/64")
+	want := map[string][2]string{ // SIZE, FREE
+		"::/0":      {"340282366920938463463374607431768211455", "340282366920938463463374607427473244159"},
+		"::/80":     {"281474976710655", "281470681743359"},
+		"fd00::/64": {"18446744073709551615", "18446744073709551615"},
+	}
+	out := c.ok("usage")
+	for p, w := range want {
+		if !regexp.MustCompile(`\n\w+ +` + regexp.QuoteMeta(p) + ` +` + w[0] + ` +0 +` + w[1] + ` +Ready\n`).MatchString(out) {
+			t.Errorf("usage: %s, want SIZE %s and FREE %s:\n%s", p, w[0], w[1], out)
+		}
+	}
+	out = c.ok("usage", "-o", "json")
+	d := json.NewDecoder(strings.NewReader(out))
+	d.UseNumber()
+	var l list[cidrUsage]
+	if err := d.Decode(&l); err != nil {
+		t.Fatalf("usage -o json: %v\n%s", err, out)
+	}
+	for _, cu := range l.Items {
+		for _, pu := range cu.Prefixes {
+			if w := want[pu.Prefix]; string(pu.Size) != w[0] || string(pu.Free) != w[1] {
+				t.Errorf("usage -o json: %s: size %s, free %s; want %s, %s", pu.Prefix, pu.Size, pu.Free, w[0], w[1])
+			}
+		}
+	}
+	if !strings.Contains(out, `"size": 340282366920938463463374607431768211455,`) {
+		t.Errorf("usage -o json does not print ::/0's size as a JSON number:\n%s", out)
+	}
+}
+
 // A CIDR name, or a set of prefixes, that no CIDR can have is refused
 // before the store is opened, by every cidr command and ip get --cidr:
 // exit 2, and no --db file created. A CIDR is created or updated only
