@@ -335,6 +335,36 @@ func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
 			t.Errorf("%s does not say %q", file, want)
 		}
 	}
+
+	// The commands that create a missing --db file are those neither
+	// mustExist nor readOnly, as the help, the package doc and the README
+	// name them.
+	var creators, quoted []string
+	for _, cmd := range commands {
+		if !cmd.mustExist && !cmd.readOnly {
+			creators = append(creators, cmd.name)
+			quoted = append(quoted, "`"+cmd.name+"`")
+		}
+	}
+	and := func(s []string) string { return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1] }
+	words := func(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, "//", "")), " ") }
+	doc, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, text := range map[string]string{"help": c.ok("help"), "the package doc": string(doc), "README.md": string(readme)} {
+		want := "created if missing only by " + and(creators) + " without --dry-run"
+		if what == "README.md" {
+			want = "created if missing by " + and(quoted) + " (not `--dry-run`)"
+		}
+		if !strings.Contains(words(text), want) {
+			t.Errorf("%s does not say %q", what, want)
+		}
+	}
 }
 
 // TestFamilyFlagReadsAlikeWithAndWithoutAnAddress: --family is read the
