@@ -102,8 +102,9 @@ type Repairer struct {
 	Consumers Consumers
 	// LeakGrace is how old a record must be to be deleted as leaked or
 	// wrongly referenced. Zero means DefaultLeakGrace; negative means no
-	// grace at all. A record's age counts from the latest time its stamp
-	// may stand for: the end of its second for a stamp of whole seconds.
+	// grace at all: the first pass cleans up, whatever a record's age.
+	// Otherwise a record's age counts from the latest time its stamp may
+	// stand for: the end of its second for a stamp of whole seconds.
 	LeakGrace time.Duration
 	// Now is the clock the records' ages are measured with; time.Now when
 	// nil.
@@ -389,7 +390,8 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	// A record created after the pass read its clock, in a later second,
 	// has a stamp after now: its age is nil, not negative.
 	age = max(age, 0)
-	if youngest <= p.grace {
+	// No grace (LeakGrace < 0) keeps nothing back, however young.
+	if p.r.LeakGrace >= 0 && youngest <= p.grace {
 		var msg string
 		if kind == Leak {
 			msg = fmt.Sprintf("%s of %s has no parent, but was created %s ago (grace %s): checking again later", addr, rec.Parent, age.Round(time.Millisecond), p.grace)

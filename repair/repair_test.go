@@ -525,6 +525,36 @@ func TestAWholeSecondStampIsNotTakenForOlderThanTheRecordCanBe(t *testing.T) {
 	}
 }
 
+// A negative LeakGrace is no grace at all: a leak and a wrong reference
+// are cleaned up by the first pass, whatever the record's age, even one
+// stamped in the pass's own second (which the rule above would otherwise
+// take for up to a second younger than now).
+func TestNoGraceCleansUpARecordOfThisVerySecond(t *testing.T) {
+	e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/28"}})
+	e.clock.Advance(400 * time.Millisecond)
+	e.allocate("10.96.0.5", svc("gone"))
+	e.allocate("10.96.0.6", svc("moved"))
+	r := &repair.Repairer{Allocator: e.a, Consumers: repair.NewStatic(consumer(svc("moved"), "10.96.0.7")),
+		Now: e.clock.Now, LeakGrace: -1}
+	rep, err := r.Run(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range rep.Events {
+		if ev.Kind == repair.LeakPending || ev.Kind == repair.WrongReferencePending {
+			t.Errorf("with no grace: %v", ev)
+		}
+	}
+	for _, addr := range []string{"10.96.0.5", "10.96.0.6"} {
+		if _, ok := e.record(addr); ok {
+			t.Errorf("%s kept by a pass with no grace", addr)
+		}
+	}
+	if rep.RetryAfter != 0 {
+		t.Errorf("RetryAfter %v with no grace, want 0", rep.RetryAfter)
+	}
+}
+
 func TestLeakReallocatedDuringThePassIsKept(t *testing.T) {
 	e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/28"}})
 	e.allocate("10.96.0.5", svc("gone"))
