@@ -24,8 +24,8 @@ type ignoringObserver struct{}
 func (ignoringObserver) Allocated(allocator.AllocationEvent) {}
 
 // modelExcluded are the ranges a run may exclude: part of a band, every
-// host of 10.0.0.0/28 (the lower band of the /27 over it), one of a /30's
-// two hosts.
+// host of 10.0.0.0/28 (most of the lower band of the /27 over it), one
+// of a /30's two hosts.
 var modelExcluded = []netipx.IPRange{
 	netipx.MustParseIPRange("10.0.0.20-10.0.0.22"),
 	netipx.MustParseIPRange("10.0.0.1-10.0.0.14"),
