@@ -84,9 +84,17 @@ func inside(p, r netip.Prefix) bool {
 	return r.Bits() <= p.Bits() && r.Contains(p.Addr())
 }
 
+// masked returns ranges masked, each IPv4-mapped one (::ffff:10.244.0.0/112)
+// as the IPv4 range it spells (10.244.0.0/16): no CIDR holds mapped
+// addresses, and read as IPv6 such a range would never meet an IPv4
+// prefix, so NotOverlapping would admit what it is meant to refuse. A
+// wider IPv6 range (::/80) stays IPv6.
 func masked(ranges []netip.Prefix) []netip.Prefix {
 	out := make([]netip.Prefix, len(ranges))
 	for i, r := range ranges {
+		if r.Addr().Is4In6() && r.Bits() >= 96 {
+			r = netip.PrefixFrom(r.Addr().Unmap(), r.Bits()-96)
+		}
 		out[i] = r.Masked()
 	}
 	return out
@@ -94,7 +102,8 @@ func masked(ranges []netip.Prefix) []netip.Prefix {
 
 // Within admits a CIDR only if each of its prefixes lies entirely inside
 // one of ranges (a prefix of the other family never does). With no ranges
-// it admits nothing. Ranges need not be canonical: they are masked.
+// it admits nothing. Ranges need not be canonical: they are masked, and
+// an IPv4-mapped one is read as the IPv4 range it spells.
 func Within(ranges ...netip.Prefix) allocator.Admission {
 	ranges = masked(ranges)
 	return func(_ context.Context, old *cidrset.CIDR, c cidrset.CIDR) error {
@@ -109,7 +118,8 @@ func Within(ranges ...netip.Prefix) allocator.Admission {
 
 // NotOverlapping admits a CIDR only if none of its prefixes shares an
 // address with any of ranges (for example the pod and node networks).
-// Ranges need not be canonical: they are masked.
+// Ranges need not be canonical: they are masked, and an IPv4-mapped one
+// is read as the IPv4 range it spells.
 func NotOverlapping(ranges ...netip.Prefix) allocator.Admission {
 	ranges = masked(ranges)
 	return func(_ context.Context, old *cidrset.CIDR, c cidrset.CIDR) error {

@@ -138,3 +138,25 @@ func TestRulesCombine(t *testing.T) {
 	_, err = a.CreateCIDR(ctx, "outside", pfx("172.16.0.0/24"))
 	wantRejected(t, err, admission.RuleWithin, "172.16.0.0/24")
 }
+
+// A range written in IPv4-mapped form (::ffff:10.244.0.0/112) is the IPv4
+// range it spells: NotOverlapping refuses what lies in it, and Within
+// admits it. Read as IPv6, it would meet no IPv4 prefix, and the first
+// rule would let the pod network through.
+func TestAMappedRangeIsTheIPv4RangeItSpells(t *testing.T) {
+	ctx := context.Background()
+	a := newAllocator(t, memory.New(), admission.NotOverlapping(pfx("::ffff:10.244.0.0/112")))
+	if _, err := a.CreateCIDR(ctx, "pods", pfx("10.244.1.0/24")); !errors.Is(err, admission.ErrRejected) {
+		t.Errorf("CreateCIDR inside ::ffff:10.244.0.0/112 under NotOverlapping: %v, want ErrRejected", err)
+	}
+	if _, err := a.CreateCIDR(ctx, "services", pfx("10.96.0.0/16")); err != nil {
+		t.Errorf("CreateCIDR outside it: %v", err)
+	}
+	b := newAllocator(t, memory.New(), admission.Within(pfx("::ffff:34.118.224.0/116")))
+	if _, err := b.CreateCIDR(ctx, "inside", pfx("34.118.226.0/24")); err != nil {
+		t.Errorf("CreateCIDR inside ::ffff:34.118.224.0/116 under Within: %v", err)
+	}
+	if _, err := b.CreateCIDR(ctx, "outside", pfx("34.118.240.0/24")); !errors.Is(err, admission.ErrRejected) {
+		t.Errorf("CreateCIDR outside it under Within: %v, want ErrRejected", err)
+	}
+}
