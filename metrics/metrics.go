@@ -175,9 +175,11 @@ func New(opts ...Option) *Metrics {
 }
 
 // Track sets the source of the per-CIDR gauges, usually the allocator
-// this Metrics observes. Until it is called the gauges are not exposed.
+// this Metrics observes. Until it is called the gauges are not exposed;
+// nil, or a nil *allocator.Allocator (from a New that failed), removes
+// the source rather than fail every scrape.
 func (m *Metrics) Track(src UsageSource) {
-	if src == nil {
+	if a, ok := src.(*allocator.Allocator); src == nil || ok && a == nil {
 		m.source.Store(nil)
 		return
 	}

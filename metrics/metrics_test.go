@@ -314,6 +314,23 @@ func TestLintAndNoSource(t *testing.T) {
 	}
 }
 
+// Tracking the nil *allocator.Allocator of a New that failed is no
+// source, as Track(nil) is: scrapes still gather every other metric, and
+// Collect does not panic.
+func TestTrackingANilAllocatorIsNoSource(t *testing.T) {
+	m := metrics.New()
+	var failed *allocator.Allocator
+	m.Track(failed)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather after Track of a nil *Allocator: %v", err)
+	}
+	if n := testutil.CollectAndCount(m, "netipam_allocator_allocated_ips"); n != 0 {
+		t.Errorf("%d gauges from a nil allocator", n)
+	}
+}
+
 // The repair error types are the package's alone: what a caller does with
 // the slice it was given changes no other Metrics. (The names are a
 // struct, returned by value.)
