@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/bolt"
 )
@@ -1102,6 +1103,42 @@ func TestACIDRTheStoreHoldsIsManagedWhateverItsName(t *testing.T) {
 	c.fail(exitNotFound, `cidr "Legacy_1" not found`, "ip", "get", "--cidr", name)
 	c.fail(exitUsage, "metadata.name", "cidr", "create", name, "10.7.0.0/24")
 	c.fail(exitUsage, "metadata.name", "cidr", "update", name, "10.7.0.0/24", "fd00:7::/120")
+}
+
+// A table cell holding text a store was given directly (a CIDR name with
+// a tab, an owner with an escape sequence: a store edited by hand, or an
+// embedder's write) is quoted, so that it can neither forge a column nor
+// reach the terminal; printable text, spaces included, stays as written.
+func TestATableQuotesCellsThatAreNotPrintable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.db")
+	st, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const name = "odd\tname"
+	c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.7.0.0/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "\x1b[2Jevil"}
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.7.0.5"), Parent: owner}}, store.Fence{CIDR: name, Revision: c.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	cl := &cli{t: t, store: []string{"--db", path}}
+	for _, args := range [][]string{{"cidr", "get"}, {"ip", "get"}, {"usage"}} {
+		out := cl.ok(args...)
+		if strings.ContainsAny(out, "\t\x1b") {
+			t.Errorf("ipamctl %s writes a tab or an escape:\n%q", strings.Join(args, " "), out)
+		}
+	}
+	if out := cl.ok("cidr", "get"); !strings.Contains(out, strconv.Quote(name)+" ") {
+		t.Errorf("cidr get does not quote the name %q:\n%s", name, out)
+	}
+	if out := cl.ok("ip", "get"); !strings.Contains(out, strconv.Quote(owner.String())) {
+		t.Errorf("ip get does not quote the owner %q:\n%s", owner, out)
+	}
 }
 
 // ip release ADDR... releases every address that has a record, going on

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // format is the -o flag: table (default), json or yaml.
@@ -59,7 +62,23 @@ func newTable(w io.Writer, headers ...string) *table {
 	return t
 }
 
-func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+// row writes one line. A cell holding a rune that is not printable (a
+// tab, a newline, an escape sequence: text from a store edited by hand)
+// or bytes that are not UTF-8 is written quoted, as Go quotes it, so that
+// it can neither forge a column or a line nor control the terminal.
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if !printable(c) {
+			cells[i] = strconv.Quote(c)
+		}
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+// printable reports whether s is UTF-8 of printable runes and spaces only.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })
+}
 
 func (t *table) flush() error { return t.tw.Flush() }
 
