@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"go4.org/netipx"
 	"pgregory.net/rapid"
 
 	"github.com/netipam/netipam/allocator"
@@ -38,8 +39,23 @@ type modelCIDR struct {
 
 // model is the simplest thing that follows SPEC sections 2–4.
 type model struct {
-	cidrs map[string]*modelCIDR
-	addrs map[netip.Addr]string // address → owner name
+	cidrs    map[string]*modelCIDR
+	addrs    map[netip.Addr]string // address → owner name
+	excluded []netipx.IPRange      // allocator.WithExcluded's
+}
+
+// modelExcluded are the ranges a run may exclude: part of a band, every
+// host of 10.0.0.0/28 (most of the lower band of the /27 over it), one
+// of a /30's two hosts, part of an IPv6 /124.
+var modelExcluded = []netipx.IPRange{
+	netipx.MustParseIPRange("10.0.0.20-10.0.0.22"),
+	netipx.MustParseIPRange("10.0.0.1-10.0.0.14"),
+	netipx.MustParseIPRange("fd00::11-fd00::1f"),
+	netipx.MustParseIPRange("10.0.1.1-10.0.1.1"),
+}
+
+func (m *model) isExcluded(a netip.Addr) bool {
+	return slices.ContainsFunc(m.excluded, func(r netipx.IPRange) bool { return r.Contains(a) })
 }
 
 func (m *model) liveContaining(a netip.Addr, except string) bool {
@@ -88,7 +104,7 @@ func (m *model) hasFree(f ipaddress.Family) bool {
 			}
 			r, ok := cidrset.HostRange(p)
 			for a := r.From(); ok; a = a.Next() {
-				if _, held := m.addrs[a]; !held {
+				if _, held := m.addrs[a]; !held && !m.isExcluded(a) {
 					return true
 				}
 				if a == r.To() {
@@ -100,32 +116,80 @@ func (m *model) hasFree(f ipaddress.Family) bool {
 	return false
 }
 
+// ignoringObserver is set only so that allocations take the observed path.
+type ignoringObserver struct{}
+
+func (ignoringObserver) Allocated(allocator.AllocationEvent) {}
+
+// TestAllocatorFollowsTheModel drives two allocators sharing one memory
+// store, with the options an embedder sets drawn for each run (a CIDR
+// policy, excluded ranges, an observer), through CIDRs created (single or
+// dual stack), updated to dual stack and deleted, and addresses allocated
+// (next, static, dual stack) and released (by address or by owner), and
+// checks them against the model after every step.
 func TestAllocatorFollowsTheModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		st := memory.New()
+		m := &model{cidrs: map[string]*modelCIDR{}, addrs: map[netip.Addr]string{}}
+		opts := []allocator.Option{allocator.WithStrategy(allocator.Sequential())}
+		switch rapid.IntRange(0, 3).Draw(rt, "policy (0 oldest first, 1 most free, 2 random, 3 reversed)") {
+		case 1:
+			opts = append(opts, allocator.WithPolicy(allocator.MostFree()))
+		case 2:
+			opts = append(opts, allocator.WithPolicy(allocator.RandomOrder()))
+		case 3:
+			opts = append(opts, allocator.WithPolicy(allocator.PolicyFunc(func(c []allocator.Candidate) { slices.Reverse(c) })))
+		}
+		for i, r := range modelExcluded {
+			if rapid.Bool().Draw(rt, fmt.Sprint("exclude ", r)) {
+				m.excluded = append(m.excluded, modelExcluded[i])
+			}
+		}
+		if len(m.excluded) > 0 {
+			opts = append(opts, allocator.WithExcluded(m.excluded...))
+		}
+		if rapid.Bool().Draw(rt, "observer") {
+			opts = append(opts, allocator.WithObserver(ignoringObserver{}))
+		}
 		// Two allocators share the store, like two apiservers: one shares
 		// its lock, the other takes the remote-store path.
 		var as []*allocator.Allocator
 		for _, s := range []store.Store{st, unlockedStore{st}} {
-			a, err := allocator.New(ctx, s, allocator.WithStrategy(allocator.Sequential()))
+			a, err := allocator.New(ctx, s, opts...)
 			if err != nil {
 				rt.Fatal(err)
 			}
 			defer a.Close()
 			as = append(as, a)
 		}
-		m := &model{cidrs: map[string]*modelCIDR{}, addrs: map[netip.Addr]string{}}
 		names := []string{"a", "b", "c", "d", "e"}
 		serial := 0
-		pick := func(rt *rapid.T) *allocator.Allocator { return rapid.SampledFrom(as).Draw(rt, "allocator") }
+		// By index: a drawn value is printed on failure, and an allocator
+		// prints as pages of its fields.
+		pick := func(rt *rapid.T) *allocator.Allocator {
+			return as[rapid.IntRange(0, len(as)-1).Draw(rt, "allocator (0 locked, 1 remote)")]
+		}
 		familyOf := rapid.SampledFrom([]ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6})
+		// otherFamily draws a prefix of the family p is not of, or reports
+		// false.
+		otherFamily := func(rt *rapid.T, p netip.Prefix) (netip.Prefix, bool) {
+			q := pfx(rapid.SampledFrom(modelPrefixes).Draw(rt, "second prefix"))
+			return q, q.Addr().Is4() != p.Addr().Is4()
+		}
 
 		rt.Repeat(map[string]func(*rapid.T){
 			"createCIDR": func(rt *rapid.T) {
 				name := rapid.SampledFrom(names).Draw(rt, "name")
-				p := pfx(rapid.SampledFrom(modelPrefixes).Draw(rt, "prefix"))
-				_, err := pick(rt).CreateCIDR(ctx, name, p)
+				ps := []netip.Prefix{pfx(rapid.SampledFrom(modelPrefixes).Draw(rt, "prefix"))}
+				if rapid.Bool().Draw(rt, "dual stack") {
+					q, ok := otherFamily(rt, ps[0])
+					if !ok {
+						rt.Skip("two prefixes of one family")
+					}
+					ps = append(ps, q)
+				}
+				_, err := pick(rt).CreateCIDR(ctx, name, ps...)
 				if _, exists := m.cidrs[name]; exists {
 					if !errors.Is(err, allocator.ErrExists) {
 						rt.Fatalf("CreateCIDR of existing %s: %v", name, err)
@@ -133,9 +197,26 @@ func TestAllocatorFollowsTheModel(t *testing.T) {
 					return
 				}
 				if err != nil {
-					rt.Fatalf("CreateCIDR(%s, %s): %v", name, p, err)
+					rt.Fatalf("CreateCIDR(%s, %s): %v", name, ps, err)
 				}
-				m.cidrs[name] = &modelCIDR{prefixes: []netip.Prefix{p}}
+				m.cidrs[name] = &modelCIDR{prefixes: ps}
+				m.settle()
+			},
+			"updateCIDR to dual stack": func(rt *rapid.T) {
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				c, exists := m.cidrs[name]
+				if !exists || c.terminating || len(c.prefixes) != 1 {
+					rt.Skip("no live single-stack CIDR of that name")
+				}
+				q, ok := otherFamily(rt, c.prefixes[0])
+				if !ok {
+					rt.Skip("a second prefix of the same family")
+				}
+				ps := []netip.Prefix{c.prefixes[0], q}
+				if _, err := pick(rt).UpdateCIDR(ctx, name, ps...); err != nil {
+					rt.Fatalf("UpdateCIDR(%s, %v): %v", name, ps, err)
+				}
+				c.prefixes = ps
 				m.settle()
 			},
 			"deleteCIDR": func(rt *rapid.T) {
@@ -172,10 +253,27 @@ func TestAllocatorFollowsTheModel(t *testing.T) {
 				if _, held := m.addrs[r.Addr]; held {
 					rt.Fatalf("AllocateNext handed out %s, held by %s", r.Addr, m.addrs[r.Addr])
 				}
-				if ipaddress.FamilyOf(r.Addr) != f || !m.liveContaining(r.Addr, "") {
-					rt.Fatalf("AllocateNext(%v) = %s, not in a live CIDR of the family", f, r.Addr)
+				if ipaddress.FamilyOf(r.Addr) != f || !m.liveContaining(r.Addr, "") || m.isExcluded(r.Addr) {
+					rt.Fatalf("AllocateNext(%v) = %s, not in a live CIDR of the family, or excluded", f, r.Addr)
 				}
 				m.addrs[r.Addr] = owner
+			},
+			"allocateDualStack": func(rt *rapid.T) {
+				serial++
+				owner := fmt.Sprint("o", serial)
+				v4, v6, err := pick(rt).AllocateDualStack(ctx, svc(owner), netip.Addr{}, netip.Addr{})
+				if err != nil {
+					if m.hasFree(ipaddress.IPv4) && m.hasFree(ipaddress.IPv6) {
+						rt.Fatalf("AllocateDualStack: %v, but the model has a free address of each family", err)
+					}
+					return // both or neither: checkInvariants finds a half
+				}
+				for _, r := range []ipaddress.IPAddress{v4, v6} {
+					if _, held := m.addrs[r.Addr]; held || m.isExcluded(r.Addr) || !m.liveContaining(r.Addr, "") {
+						rt.Fatalf("AllocateDualStack handed out %s (held: %v)", r.Addr, held)
+					}
+					m.addrs[r.Addr] = owner
+				}
 			},
 			"allocateStatic": func(rt *rapid.T) {
 				base := pfx(rapid.SampledFrom(modelPrefixes).Draw(rt, "within"))
@@ -195,6 +293,10 @@ func TestAllocatorFollowsTheModel(t *testing.T) {
 				case !m.liveContaining(addr, ""):
 					if !errors.Is(err, allocator.ErrNotInRange) && !errors.Is(err, allocator.ErrMismatch) {
 						rt.Fatalf("Allocate(%s) outside live CIDRs: %v", addr, err)
+					}
+				case m.isExcluded(addr):
+					if !errors.Is(err, allocator.ErrExcluded) {
+						rt.Fatalf("Allocate(%s) excluded: %v", addr, err)
 					}
 				case held:
 					if !errors.Is(err, allocator.ErrAllocated) {
@@ -216,10 +318,30 @@ func TestAllocatorFollowsTheModel(t *testing.T) {
 				}
 				slices.SortFunc(held, netip.Addr.Compare)
 				addr := rapid.SampledFrom(held).Draw(rt, "addr")
-				if err := pick(rt).Release(ctx, addr); err != nil {
-					rt.Fatalf("Release(%s): %v", addr, err)
+				if !rapid.Bool().Draw(rt, "by owner") {
+					if err := pick(rt).Release(ctx, addr); err != nil {
+						rt.Fatalf("Release(%s): %v", addr, err)
+					}
+					delete(m.addrs, addr)
+					m.settle()
+					return
 				}
-				delete(m.addrs, addr)
+				owner := m.addrs[addr]
+				got, err := pick(rt).ReleaseOwner(ctx, svc(owner))
+				if err != nil {
+					rt.Fatal(err)
+				}
+				for _, g := range got {
+					if m.addrs[g] != owner {
+						rt.Fatalf("ReleaseOwner(%s) released %s, held by %q", owner, g, m.addrs[g])
+					}
+					delete(m.addrs, g)
+				}
+				for a, o := range m.addrs {
+					if o == owner {
+						rt.Fatalf("ReleaseOwner(%s) left %s", owner, a)
+					}
+				}
 				m.settle()
 			},
 			"": func(rt *rapid.T) { checkInvariants(rt, ctx, st, as, m) },
@@ -259,8 +381,8 @@ func checkInvariants(rt *rapid.T, ctx context.Context, st *memory.Store, as []*a
 		}
 		for _, c := range cidrs {
 			mc := m.cidrs[c.Name]
-			if mc == nil || mc.terminating != c.Terminating {
-				rt.Fatalf("CIDR %s terminating=%v, model %+v", c.Name, c.Terminating, mc)
+			if mc == nil || mc.terminating != c.Terminating || !slices.Equal(mc.prefixes, c.Prefixes) {
+				rt.Fatalf("CIDR %s terminating=%v %v, model %+v", c.Name, c.Terminating, c.Prefixes, mc)
 			}
 			// Counts match the model.
 			u, err := a.Usage(c.Name)
@@ -280,8 +402,17 @@ func checkInvariants(rt *rapid.T, ctx context.Context, st *memory.Store, as []*a
 				if pu.Prefix.Addr().Is6() && pu.Prefix.Bits() <= 96 && pu.Prefix.Contains(netip.MustParseAddr("::ffff:0.0.0.0")) {
 					mapped = cidrset.CountOf(1 << 32)
 				}
-				if pu.Used != cidrset.CountOf(used) || pu.Used.Add(pu.Free).Add(mapped) != pu.Size {
-					rt.Fatalf("usage of %s %s = %+v, model used %d", c.Name, pu.Prefix, pu.Usage, used)
+				// Nor are the excluded ones it offers, but those held.
+				var excluded uint64
+				for _, r := range m.excluded {
+					for x := r.From(); r.Contains(x); x = x.Next() {
+						if _, held := m.addrs[x]; !held && cidrset.HostContains(pu.Prefix, x) {
+							excluded++
+						}
+					}
+				}
+				if pu.Used != cidrset.CountOf(used) || pu.Used.Add(pu.Free).Add(mapped).Add(cidrset.CountOf(excluded)) != pu.Size {
+					rt.Fatalf("usage of %s %s = %+v, model used %d, excluded free %d", c.Name, pu.Prefix, pu.Usage, used, excluded)
 				}
 			}
 		}
