@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
@@ -950,7 +949,7 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 	if len(out.Events) > 0 {
 		t := newTable(e.stdout, "KIND", "ADDRESS", "PARENTREF", "MESSAGE")
 		for _, ev := range out.Events {
-			t.row(ev.Kind, orNone(quoteUnsafe(ev.Address)), orNone(ev.Ref), ev.Message)
+			t.row(ev.Kind, orNone(quoteSpaced(ev.Address)), orNone(ev.Ref), ev.Message)
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -972,17 +971,15 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 	return nil
 }
 
-// quoteUnsafe returns s, or s quoted (strconv.Quote) when it holds white
-// space, a rune that is not printable or bytes that are not UTF-8: a
-// consumer's address text, which repair reports as written, would
-// otherwise forge a table's columns with a tab, or control the terminal
-// with an escape sequence.
-func quoteUnsafe(s string) string {
-	unsafe := func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }
-	if utf8.ValidString(s) && !strings.ContainsFunc(s, unsafe) {
-		return s
+// quoteSpaced returns s, or s quoted (strconv.Quote) when it holds white
+// space: a consumer's address text, which repair reports as written,
+// would read as two cells of its table. (Every table quotes a cell that is
+// not printable: table.row.)
+func quoteSpaced(s string) string {
+	if strings.ContainsFunc(s, unicode.IsSpace) {
+		return strconv.Quote(s)
 	}
-	return strconv.Quote(s)
+	return s
 }
 
 // orNone is s, or "<none>" for a table cell it would leave blank.
