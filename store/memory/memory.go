@@ -435,7 +435,9 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	if known {
 		s.addrs.warm(k)
 	}
-	if s.addrs.has(addr) {
+	// The hash of the lookup serves the insert.
+	i, h := s.addrs.findHashed(s.addrs.table(addr), addr)
+	if i >= 0 {
 		return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
 	}
 	fences := [1]store.Fence{fence}
@@ -449,7 +451,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	if !known {
 		k = s.addrs.ownerKeyOf(owner)
 	}
-	if !s.addrs.putKeyed(addr, k, owner.Name, now, s.rev+1) {
+	if !s.addrs.putKeyed(addr, h, k, owner.Name, now, s.rev+1) {
 		return 0, time.Time{}, fmt.Errorf("address %s: %w", addr, store.ErrNoSpace)
 	}
 	s.rev++

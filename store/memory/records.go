@@ -361,11 +361,13 @@ func (r *records) prefetchAddr(a netip.Addr) {
 // put stores a record; the caller checked the address is free. It reports
 // false, and stores nothing, when the arena is full (see arena.limit).
 func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
-	return r.putKeyed(a, r.ownerKeyOf(p), p.Name, created, rev)
+	return r.putKeyed(a, 0, r.ownerKeyOf(p), p.Name, created, rev)
 }
 
-// putKeyed is put for a caller that has the owner's key.
-func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev int64) bool {
+// putKeyed is put for a caller that has the owner's key, and may have
+// the address's hash h from the lookup that found it absent (findHashed);
+// 0 has it worked out again.
+func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, created, rev int64) bool {
 	sid := k.sid
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
@@ -382,7 +384,10 @@ func (r *records) putKeyed(a netip.Addr, k ownerKey, name string, created, rev i
 		return false
 	}
 	r.scopeLive[sid]++
-	r.insert(t, r.addrHash(key), off)
+	if h == 0 { // or a hash that is 0 indeed: worked out again, the same
+		h = r.addrHash(key)
+	}
+	r.insert(t, h, off)
 	if r.ownersIndexed {
 		r.addOwner(k.h, sid, name, off)
 	}

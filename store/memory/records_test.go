@@ -228,7 +228,8 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 					put(a, p)
 				}
 			},
-			// A create as CreateAddressLocked makes it, after a prefetch
+			// A create as CreateAddressLocked makes it (with the hash its
+			// lookup found), after a prefetch
 			// for the same owner, or another of the same name (the very
 			// same string, in another scope) or of a name as long: the
 			// hash the prefetch found is reused for the same owner only.
@@ -246,7 +247,12 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 				}
 				created := int64(rng.Uint32())
 				rev++
-				r.putKeyed(a, k, p.Name, created, rev)
+				// With the hash of the lookup that found a absent.
+				if i, h := r.findHashed(r.table(a), a); i >= 0 {
+					rt.Fatalf("%s found before it was created", a)
+				} else {
+					r.putKeyed(a, h, k, p.Name, created, rev)
+				}
 				model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(created), Revision: rev}
 			},
 			// A prefetch that no create follows at once.
