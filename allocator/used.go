@@ -484,9 +484,16 @@ func (a *Allocator) countLocked(pl *pool) {
 // then the lower band), in offsets from pl.first, which fit in 64 bits.
 func (a *Allocator) nextInDenseLocked(pl *pool) (u128.U128, bool) {
 	lo, hi := pl.upperFirst.Lo-pl.first.Lo, pl.size.Lo-1
+	upper := true
 	for {
 		n := hi - lo + 1
-		off := u128.U128(a.cfg.strategy.Start(cidrset.Count{Lo: n}))
+		var off u128.U128
+		if upper && pl.large() && a.looksAheadLocked(pl) {
+			off = a.startAheadLocked(pl, pl.first.Add64(lo), u128.From64(n))
+		} else {
+			off = u128.U128(a.cfg.strategy.Start(cidrset.Count{Lo: n}))
+		}
+		upper = false
 		if off.Hi != 0 || off.Lo >= n {
 			off.Lo = off.Mod64(n) // a Strategy past its contract
 		}
@@ -515,16 +522,24 @@ func (a *Allocator) nextInDenseLocked(pl *pool) (u128.U128, bool) {
 func (a *Allocator) nextInSparseLocked(pl *pool) (u128.U128, bool) {
 	set := &a.sparse[pl.fam]
 	lo, hi := pl.upperFirst, pl.last
+	upper := true
 	for {
 		n := hi.Sub(lo).Inc()
-		off := u128.U128(a.cfg.strategy.Start(cidrset.Count(n)))
+		var off u128.U128
+		ahead := upper && pl.large() && a.looksAheadLocked(pl)
+		if ahead {
+			off = a.startAheadLocked(pl, lo, n) // what it reads loaded then
+		} else {
+			off = u128.U128(a.cfg.strategy.Start(cidrset.Count(n)))
+		}
+		upper = false
 		if !off.Less(n) {
 			off = off.Mod(n) // a Strategy past its contract
 		}
 		start := lo.Add(off)
-		if a.prefetcher != nil && pl.large() {
-			// Mostly start is free, and the address chosen: its slot in
-			// the store loads while the set is searched.
+		if !ahead && a.prefetcher != nil && pl.large() {
+			// Mostly the start is free, and the address chosen: its slot
+			// in the store loads while the set is searched.
 			a.prefetcher.PrefetchAddressLocked(start.Addr(pl.fam == 0))
 		}
 		if x, ok := set.NextFree(start, hi); ok {

@@ -683,7 +683,19 @@ func TestProperty(t *testing.T) {
 		s.setCaps(compactMax, wideMax, innerMax)
 		var m model
 		val := genValue()
+		// Approaches started before mutations and stepped after them
+		// search nodes that split, emptied or left the tree: they must
+		// neither fail nor change anything, which every check verifies.
+		var approaches [3]Approach
 		t.Repeat(map[string]func(*rapid.T){
+			"Approach": func(t *rapid.T) {
+				s.Approach(&approaches[rapid.IntRange(0, len(approaches)-1).Draw(t, "i")], val.Draw(t, "x"))
+			},
+			"Step": func(t *rapid.T) {
+				for i := range approaches {
+					s.Step(&approaches[i])
+				}
+			},
 			"Add": func(t *rapid.T) {
 				x := val.Draw(t, "x")
 				_, had := m.runAt(x)
