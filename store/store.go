@@ -300,10 +300,14 @@ type Locked interface {
 // to search for the address and can guess it: the loads from memory then
 // overlap the search instead of following it. The methods are hints: they
 // change nothing, and a wrong guess costs only their loads. The allocator
-// calls both before it searches a large sparse pool (an IPv6 range of
-// millions of addresses), and PrefetchAddressLocked with the address a
-// large dense pool chose, before it validates the owner: where they are
-// worth it (BENCHMARKS.md).
+// calls PrefetchOwnerLocked before it searches a large sparse pool (an
+// IPv6 range of millions of addresses), and PrefetchAddressLocked with
+// the address a large pool will most likely give: with its default
+// strategy, as it draws each start, a few allocations before the start is
+// used (the start itself in a sparse pool, the first free address from it
+// in a dense one); with another strategy, the start of a sparse pool
+// before the search, and the address a dense pool chose before the owner
+// is validated. Where they are worth it: BENCHMARKS.md.
 type Prefetcher interface {
 	// PrefetchOwnerLocked prepares a create for owner.
 	PrefetchOwnerLocked(owner ipaddress.ParentRef)
