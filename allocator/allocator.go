@@ -642,7 +642,9 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 			}
 			skip = append(skip, taken)
 		} else if fence, ok := failedFence(err); ok {
-			a.refreshCIDR(ctx, fence)
+			if rerr := a.refreshCIDR(ctx, fence, err); rerr != nil {
+				return sourcesOf(choices), rerr
+			}
 		} else {
 			return sourcesOf(choices), err
 		}

@@ -58,6 +58,17 @@ func (s *heldStore) step() store.Event {
 	return e
 }
 
+// release delivers every held event, in order, and stops holding.
+func (s *heldStore) release() {
+	// Under mu, so that no event overtakes the held ones.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.q {
+		s.w.Apply(e)
+	}
+	s.q, s.hold = nil, false
+}
+
 func (s *heldStore) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, error) {
 	got, err := s.Store.UpdateCIDR(ctx, c)
 	if err == nil && s.removeNow && got.Terminating {

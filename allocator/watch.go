@@ -81,7 +81,7 @@ func (w watcher) Apply(e store.Event) {
 		}
 		old, existed := a.index.Get(e.CIDR.Name)
 		if existed && old.Revision >= e.CIDR.Revision {
-			break // already known (refreshCIDR got there first)
+			break // already known
 		}
 		a.index.Put(e.CIDR)
 		a.cidrChangedLocked(old.Prefixes, e.CIDR.Prefixes)
@@ -449,31 +449,46 @@ func (a *Allocator) WaitRevision(ctx context.Context, rev int64) error {
 	return nil
 }
 
-// refreshCIDR reads the CIDR of a fence that failed from the store and
-// applies it if it is newer than the index's copy, so an allocation
-// refused by a fence retries on fresh data even when the watch lags.
-func (a *Allocator) refreshCIDR(ctx context.Context, failed store.Fence) {
+// refreshCIDR follows the CIDR of a fence that failed, so that an
+// allocation refused by it retries on fresh data. A CIDR the store still
+// holds is waited for, until the watch has applied it (at most
+// refreshWait), rather than put into the index ahead of the watch: an
+// index holding a CIDR at a revision it has not reached may not know of a
+// Terminating mark made before that revision, and an address served from
+// that CIDR inside the Terminating one would then not touch it
+// (touchDyingLocked), so that a removal decided before the address existed
+// would leave it covered by Terminating CIDRs only. An error ends the
+// allocation: the watch did not get there (or the allocator was closed).
+func (a *Allocator) refreshCIDR(ctx context.Context, failed store.Fence, fenceErr error) error {
 	name := failed.CIDR
 	c, err := a.st.GetCIDR(ctx, name)
+	if err == nil {
+		wctx, cancel := context.WithTimeout(ctx, refreshWait)
+		defer cancel()
+		if werr := a.WaitRevision(wctx, c.Revision); werr != nil {
+			if ctx.Err() != nil || errors.Is(werr, ErrClosed) {
+				return werr
+			}
+			return fenceErr // the watch is stuck: choosing again would fail alike
+		}
+		return nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old, known := a.index.Get(name)
-	switch {
-	// Unknown to an index past c's revision means removed since: the copy
-	// read is stale, and no event would remove it again.
-	case err == nil && (known && old.Revision < c.Revision || !known && c.Revision > a.rev):
-		a.index.Put(c)
-		a.cidrChangedLocked(old.Prefixes, c.Prefixes)
-		a.recheckAfterPutLocked(c) // the watch's event for c will be skipped
 	// Gone from the store: the index's copy goes too, but only if it is
 	// the one the allocation was fenced on (or older). A newer one is a
 	// CIDR of the same name created since the read, which the watch has
-	// applied meanwhile.
-	case err != nil && known && isNotFound(err) && old.Revision <= failed.Revision:
+	// applied meanwhile. Dropping a CIDR ahead of the watch only serves
+	// less.
+	if old, known := a.index.Get(name); known && isNotFound(err) && old.Revision <= failed.Revision {
 		a.index.Delete(name)
 		a.cidrChangedLocked(old.Prefixes, nil)
 	}
+	return nil
 }
+
+// refreshWait bounds refreshCIDR's wait for the watch.
+const refreshWait = 5 * time.Second
 
 // reconcile is a.fin.Reconcile, and the index forgets a CIDR it removed,
 // as the store has: the watch's event comes later, and until then the
