@@ -3,12 +3,17 @@ package allocator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/memory"
 )
 
@@ -20,12 +25,18 @@ import (
 // allocator b, whose watch is behind (it has seen neither inner's mark nor
 // n's new prefix), allocates from n: its fence on the n it knew fails, it
 // reads n again from the store and serves an address inside inner. Then n
-// is marked Terminating too. b's allocation must touch inner all the same
-// (store.Fence's Touch), so that the stale removal fails its fence: the
-// address must not be left covered by Terminating CIDRs only.
+// is marked Terminating too. b must not serve from the n it read ahead of
+// its watch: it waits for its watch to show n, and with it inner's mark,
+// so that its allocation touches inner (store.Fence's Touch) and the stale
+// removal fails its fence. No removal may leave an address covered by
+// Terminating CIDRs only.
 func TestAnAllocatorWhoseWatchIsBehindTouchesTheTerminatingCIDRItServesInto(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
+	removals := &removalChecker{cidrs: map[string]cidrset.CIDR{}, addrs: map[netip.Addr]bool{}}
+	if err := mem.Watch(ctx, removals); err != nil {
+		t.Fatal(err)
+	}
 	hooked := &hookedDelete{Store: mem, name: "inner"}
 	a, err := allocator.New(ctx, hooked)
 	if err != nil {
@@ -94,22 +105,32 @@ func TestAnAllocatorWhoseWatchIsBehindTouchesTheTerminatingCIDRItServesInto(t *t
 			done <- result{rec, err}
 		}()
 		// b serves at once on what it read, or waits for its watch: only
-		// then is the watch let go, in order.
+		// then is its watch let go, in order.
 		var r result
 		finished := false
-		waitUntil(t, "b served, or waits for its watch", func() bool {
+		// Polled (not waitUntil: this may run in a's reconciler, where
+		// t.Fatal must not be called); the deadline only bounds a failure.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 			select {
 			case r = <-done:
 				finished = true
-				return true
 			default:
-				return allocator.WaitingForWatch(b)
 			}
-		})
-		held.release()
+			if finished || allocator.WaitingForWatch(b) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Error("b neither served nor waits for its watch")
+				return
+			}
+		}
 		if !finished {
+			held.release()
 			r = <-done
 		}
+		// Else b's watch is let go only once n is Terminating too, lest
+		// b's own reconciler remove inner while n still covers it.
+		defer held.release()
 		if r.err != nil {
 			t.Error(r.err)
 			return
@@ -133,12 +154,62 @@ func TestAnAllocatorWhoseWatchIsBehindTouchesTheTerminatingCIDRItServesInto(t *t
 	if !netip.MustParsePrefix("10.0.0.0/25").Contains(served) {
 		t.Fatalf("b served %v, want an address inside inner (the test's premise)", served)
 	}
-	for _, name := range []string{"inner", "n"} {
-		if c, err := mem.GetCIDR(ctx, name); err != nil || !c.Terminating {
-			t.Errorf("%s while %s is held: %+v, %v; want it Terminating: %s is covered by no live CIDR", name, served, c, err, served)
-		}
+	removals.mu.Lock()
+	defer removals.mu.Unlock()
+	for _, v := range removals.violations {
+		t.Error(v)
 	}
 	if _, err := mem.GetAddress(ctx, served); err != nil {
 		t.Fatalf("%s: %v", served, err)
+	}
+}
+
+// removalChecker watches a store and notes every CIDR removal that leaves
+// an address it host-contained covered by no live CIDR.
+type removalChecker struct {
+	mu         sync.Mutex
+	cidrs      map[string]cidrset.CIDR
+	addrs      map[netip.Addr]bool
+	violations []string
+}
+
+func (r *removalChecker) Reset(s store.Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.cidrs)
+	clear(r.addrs)
+	for _, c := range s.CIDRs {
+		r.cidrs[c.Name] = c
+	}
+	for _, a := range s.Addrs {
+		r.addrs[a] = true
+	}
+}
+
+func (r *removalChecker) Apply(e store.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch e.Kind {
+	case store.CIDRPut:
+		r.cidrs[e.CIDR.Name] = e.CIDR
+	case store.AddressPut:
+		r.addrs[e.Address.Addr] = true
+	case store.AddressDeleted:
+		delete(r.addrs, e.Address.Addr)
+	case store.CIDRDeleted:
+		gone := r.cidrs[e.CIDR.Name]
+		delete(r.cidrs, gone.Name)
+		for a := range r.addrs {
+			if !slices.ContainsFunc(gone.Prefixes, func(p netip.Prefix) bool { return cidrset.HostContains(p, a) }) {
+				continue
+			}
+			live := false
+			for _, c := range r.cidrs {
+				live = live || !c.Terminating && slices.ContainsFunc(c.Prefixes, func(p netip.Prefix) bool { return cidrset.HostContains(p, a) })
+			}
+			if !live {
+				r.violations = append(r.violations, fmt.Sprintf("revision %d: removing %s %v left %s covered by no live CIDR", e.Revision, gone.Name, gone.Prefixes, a))
+			}
+		}
 	}
 }
