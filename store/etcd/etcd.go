@@ -619,8 +619,8 @@ func (s *Store) failedFence(ctx context.Context, fences []store.Fence, rs []*cli
 // CIDR gone since, only a watch of its history tells when (firstChange),
 // which etcd serves from its next sync of past watchers, up to 100 ms
 // later: so only with history; else Seen is 0, unknown. An allocation
-// fenced out does not wait on Seen (it re-reads the CIDR); the
-// finalizer's DeleteCIDR does.
+// fenced out does not wait on Seen (it re-reads the CIDR, and waits for
+// its watch to reach the revision read); the finalizer's DeleteCIDR does.
 func (s *Store) fenced(ctx context.Context, f store.Fence, kvs []*mvccpb.KeyValue, at int64, history bool) error {
 	switch {
 	case len(kvs) > 0:
