@@ -67,15 +67,23 @@ type config struct {
 type Admission func(ctx context.Context, old *cidrset.CIDR, c cidrset.CIDR) error
 
 // WithAdmission adds admission checks, run in order on every CIDR create
-// and update.
+// and update. A nil check is left out.
 func WithAdmission(checks ...Admission) Option {
-	return func(c *config) { c.admit = append(c.admit, checks...) }
+	return func(c *config) {
+		for _, check := range checks {
+			if check != nil {
+				c.admit = append(c.admit, check)
+			}
+		}
+	}
 }
 
-// WithStrategy sets the dynamic strategy (default RandomStart(nil)).
+// WithStrategy sets the dynamic strategy (default RandomStart(nil), also
+// for nil).
 func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
 
-// WithPolicy sets how to choose among several CIDRs (default OldestFirst()).
+// WithPolicy sets how to choose among several CIDRs (default OldestFirst(),
+// also for nil or a nil PolicyFunc).
 func WithPolicy(p Policy) Option { return func(c *config) { c.policy = p } }
 
 // WithExcluded keeps the given ranges out of every allocation, static or
@@ -242,8 +250,11 @@ func famOf(f ipaddress.Family) (int, bool) {
 }
 
 // New returns an allocator over st, in sync with it. It watches st until
-// Close.
+// Close. A nil st is ErrInvalid; a nil Option is ignored.
 func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
+	if st == nil {
+		return nil, &ipaddress.FieldError{Field: "store", Required: true}
+	}
 	a := &Allocator{
 		st:      st,
 		kick:    make(chan struct{}, 1),
@@ -253,7 +264,9 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		pools:   map[netip.Prefix]*pool{},
 	}
 	for _, o := range opts {
-		o(&a.cfg)
+		if o != nil {
+			o(&a.cfg)
+		}
 	}
 	if ls, ok := st.(store.Locked); ok {
 		a.locked, a.mu = ls, ls.Mutex()
@@ -267,7 +280,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	if ms, ok := a.cfg.strategy.(mixedStart); ok {
 		a.cfg.strategy = ms.own() // Start is called under a.mu only
 	}
-	if a.cfg.policy == nil {
+	if f, ok := a.cfg.policy.(PolicyFunc); a.cfg.policy == nil || ok && f == nil {
 		a.cfg.policy = OldestFirst()
 	}
 	if _, ok := a.cfg.policy.(mostFree); ok {

@@ -118,3 +118,45 @@ func TestMostFreeDoesNotCountExcludedAddressesAsFree(t *testing.T) {
 		t.Fatalf("MostFree chose %s, in a (%s free), over b (%s free)", x, ua.Prefixes[0].Free, ub.Prefixes[0].Free)
 	}
 }
+
+// An embedder's bad input gets a typed error, never a panic: New over no
+// store at all is ErrInvalid, a *ipaddress.FieldError naming the store.
+func TestNewRefusesANilStoreWithATypedError(t *testing.T) {
+	a, err := allocator.New(context.Background(), nil)
+	var fe *ipaddress.FieldError
+	if a != nil || !errors.Is(err, allocator.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "store" {
+		t.Fatalf("New(ctx, nil) = %v, %v; want nil and ErrInvalid for the field store", a, err)
+	}
+}
+
+// Options left nil (a nil Option, a nil Admission, a nil PolicyFunc) are
+// the defaults, as a nil Strategy, Policy, Observer or Logger are: an
+// option list built conditionally must not make a later call panic.
+func TestNilOptionsAreTheDefaults(t *testing.T) {
+	ctx := context.Background()
+	for name, opt := range map[string]allocator.Option{
+		"nil Option":      nil,
+		"nil Admission":   allocator.WithAdmission(nil),
+		"nil PolicyFunc":  allocator.WithPolicy(allocator.PolicyFunc(nil)),
+		"nil Policy":      allocator.WithPolicy(nil),
+		"nil Strategy":    allocator.WithStrategy(nil),
+		"nil Observer":    allocator.WithObserver(nil),
+		"nil Logger":      allocator.WithLogger(nil),
+		"nil exclusions":  allocator.WithExcluded(),
+		"nil Admissions":  allocator.WithAdmission(),
+		"nil and another": allocator.WithAdmission(nil, func(context.Context, *cidrset.CIDR, cidrset.CIDR) error { return nil }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, _ := newAllocator(t, []string{"old=10.0.0.0/30", "new=10.1.0.0/30"}, opt)
+			if _, err := a.UpdateCIDR(ctx, "old", pfx("10.0.0.0/30"), pfx("fd00::/126")); err != nil {
+				t.Fatalf("UpdateCIDR: %v", err)
+			}
+			// The default policy, oldest first, with two live CIDRs.
+			for _, want := range []string{"10.0.0.0/30", "10.0.0.0/30", "10.1.0.0/30"} {
+				if x := mustNext(t, a, ipaddress.IPv4, "x"); !pfx(want).Contains(x) {
+					t.Fatalf("AllocateNext = %s, want one of %s", x, want)
+				}
+			}
+		})
+	}
+}
