@@ -112,7 +112,8 @@ func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockT
 // ErrNotAStore, rather than making it one.
 func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
-// WithClock sets the clock that stamps Created (for tests).
+// WithClock sets the clock that stamps Created (for tests); nil is
+// time.Now.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // WithMaxSize bounds the file at n bytes (default, or n <= 0: no bound).
@@ -163,11 +164,16 @@ func Open(path string, opts ...Option) (*Store, error) {
 }
 
 // OpenContext is Open with a wait for the file lock that also ends when
-// ctx does, with an error wrapping ctx's.
+// ctx does, with an error wrapping ctx's. A nil Option is ignored.
 func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{lockTimeout: DefaultLockTimeout, now: time.Now, mode: 0o600}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.now == nil {
+		o.now = time.Now
 	}
 	if o.readOnly {
 		// bbolt would try to initialise an empty file, and fail to write.

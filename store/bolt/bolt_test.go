@@ -588,6 +588,23 @@ func TestUnstorableInput(t *testing.T) {
 	}
 }
 
+// A nil Option, or WithClock(nil), leaves the store as Open makes it: no
+// panic, and above all no write refused as a "damaged file" for it.
+func TestNilOptionsAreTheDefaults(t *testing.T) {
+	ctx := ctxT(t)
+	st := mustOpen(t, tempPath(t), nil, bolt.WithClock(nil))
+	c, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "x", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+	if err != nil {
+		t.Fatalf("CreateCIDR with the default clock: %v", err)
+	}
+	if c.Created.IsZero() {
+		t.Error("CreateCIDR stamped no creation time")
+	}
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.1"), Parent: svc("a", "b")}}); err != nil {
+		t.Fatalf("CreateAddresses with the default clock: %v", err)
+	}
+}
+
 // A file damaged below the level of records (a partial copy, a full disk,
 // a bad sector) is an error from whatever reads it first, never a panic
 // nor a fault: bbolt panics on pages it cannot read, and reading past the

@@ -34,3 +34,34 @@ func TestEveryWriteIsStampedByTheGivenClock(t *testing.T) {
 		}
 	}
 }
+
+// A nil Option, like WithClock(nil), leaves the store as New makes it: an
+// option list built conditionally must not panic.
+func TestNewIgnoresANilOption(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New(nil, memory.WithClock(nil))
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "d", Name: "x"}
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.1"), Parent: owner}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A clock outside what a record keeps stamps the nearest end, 1970 or
+// 2106, as WithClock says.
+func TestAClockOutOfRangeStampsTheNearestEnd(t *testing.T) {
+	ctx := context.Background()
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "d", Name: "x"}
+	for _, c := range []struct{ clock, want time.Time }{
+		{time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(0, 0)},
+		{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(1<<32-1, 0)},
+	} {
+		st := memory.New(memory.WithClock(func() time.Time { return c.clock }))
+		recs, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.0.0.1"), Parent: owner}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.GetAddress(ctx, recs[0].Addr); !recs[0].Created.Equal(c.want) || !got.Created.Equal(c.want) {
+			t.Errorf("clock %v: created %v, read back %v; want %v", c.clock, recs[0].Created, got.Created, c.want)
+		}
+	}
+}

@@ -194,7 +194,7 @@ func (c *seconds) now() int64 {
 	return t.Unix()
 }
 
-// New returns an empty store.
+// New returns an empty store. A nil Option is ignored.
 func New(opts ...Option) *Store {
 	s := &Store{
 		clock: new(seconds),
@@ -202,7 +202,9 @@ func New(opts ...Option) *Store {
 		addrs: newRecords(),
 	}
 	for _, o := range opts {
-		o(s)
+		if o != nil {
+			o(s)
+		}
 	}
 	return s
 }
