@@ -248,7 +248,8 @@ func WithPrefix(p string) Option {
 	return func(s *Store) { s.prefix = strings.TrimRight(p, "/") }
 }
 
-// WithClock sets the clock that stamps Created (for tests).
+// WithClock sets the clock that stamps Created (for tests); nil is
+// time.Now.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
 // WithCloseClient makes Close close the client too. By default the caller
@@ -311,14 +312,21 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New returns a store on client. The client should know every endpoint of
-// the cluster.
+// the cluster. A nil client, or a prefix CheckPrefix refuses, is an error
+// matching ipaddress.ErrInvalid (a *ipaddress.FieldError for the field
+// "client" or "prefix"); a nil Option is ignored.
 func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("etcd store: nil client")
+		return nil, &ipaddress.FieldError{Field: "client", Required: true, Detail: "an etcd store needs an etcd client"}
 	}
 	s := &Store{cli: client, prefix: DefaultPrefix, now: time.Now, pageSize: defaultPageSize, closeWait: closeWait}
 	for _, o := range opts {
-		o(s)
+		if o != nil {
+			o(s)
+		}
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if err := checkPrefix(s.prefix); err != nil {
 		return nil, err
@@ -330,14 +338,14 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 }
 
 // CheckPrefix returns the error New gives for WithPrefix(p), or nil if New
-// takes p; it contacts nothing.
+// takes p; it contacts nothing. The error matches ipaddress.ErrInvalid.
 func CheckPrefix(p string) error { return checkPrefix(strings.TrimRight(p, "/")) }
 
 // checkPrefix is CheckPrefix for a prefix WithPrefix has trimmed.
 func checkPrefix(p string) error {
 	for _, part := range []string{"/v1/cidrs/", "/v1/ips/", "/v1/owners/"} {
 		if strings.Contains(p+"/", part) {
-			return fmt.Errorf("etcd store: prefix %q is inside another store's records (it has %q): the two would read each other's keys", p, strings.Trim(part, "/"))
+			return &ipaddress.FieldError{Field: "prefix", Value: p, Detail: fmt.Sprintf("must not be inside another store's records (it has %q): the two would read each other's keys", strings.Trim(part, "/"))}
 		}
 	}
 	return nil
