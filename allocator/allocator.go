@@ -102,7 +102,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
 // Allocator allocates addresses from the CIDRs of a store. It is safe for
-// concurrent use. Create it with New and Close it when done.
+// concurrent use. Create it with New and Close it when done. The zero value
+// is a closed Allocator with no CIDRs.
 type Allocator struct {
 	st     store.Store
 	cfg    config
@@ -110,10 +111,11 @@ type Allocator struct {
 	cancel context.CancelFunc
 	kick   chan struct{} // wakes the background reconciler to read recheck
 	done   chan struct{}
-	// closed is set by Close, and closing closed with it: calls made after
-	// Close fail, and waits for the index, which stops following the store
-	// then, end.
-	closed  atomic.Bool
+	// isOpen is set by New and cleared by Close, and closing closed with it:
+	// calls made after Close fail, and waits for the index, which stops
+	// following the store then, end. An Allocator New did not make is
+	// closed.
+	isOpen  atomic.Bool
 	closing chan struct{}
 
 	// reconcileMu orders the removals of Terminating CIDRs this allocator
@@ -263,6 +265,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		index:   cidrset.NewIndex(nil),
 		pools:   map[netip.Prefix]*pool{},
 	}
+	a.isOpen.Store(true)
 	for _, o := range opts {
 		if o != nil {
 			o(&a.cfg)
@@ -330,9 +333,13 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 // calls that take a context fail with ErrClosed, and so do calls in flight
 // that wait for the index to show their write; CIDRs, GetCIDR, Usage and
 // FamilyUsage keep answering from the index as it was. Close may be called
-// more than once.
+// more than once; of a nil *Allocator, or one New did not make, it does
+// nothing.
 func (a *Allocator) Close() error {
-	if !a.closed.Swap(true) {
+	if a == nil || a.done == nil {
+		return nil
+	}
+	if a.isOpen.Swap(false) {
 		close(a.closing)
 	}
 	a.cancel()
@@ -342,7 +349,7 @@ func (a *Allocator) Close() error {
 
 // checkOpen returns ErrClosed once Close was called.
 func (a *Allocator) checkOpen() error {
-	if a.closed.Load() {
+	if !a.isOpen.Load() {
 		return ErrClosed
 	}
 	return nil

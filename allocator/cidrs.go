@@ -12,6 +12,9 @@ import (
 
 // CIDRs returns the CIDRs the allocator knows, sorted by name.
 func (a *Allocator) CIDRs() []cidrset.CIDR {
+	if a.mu == nil {
+		return nil // not made by New
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	all := a.index.All()
@@ -24,6 +27,9 @@ func (a *Allocator) CIDRs() []cidrset.CIDR {
 
 // GetCIDR returns the CIDR named name, as the allocator knows it.
 func (a *Allocator) GetCIDR(name string) (cidrset.CIDR, error) {
+	if a.mu == nil {
+		return cidrset.CIDR{}, &NotFoundError{Kind: "CIDR", Name: name} // not made by New
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.index.Get(name)

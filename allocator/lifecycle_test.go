@@ -354,3 +354,63 @@ func anAddressInsideATerminatingCIDR(t *testing.T, locked bool) {
 		return errors.Is(errInner, store.ErrNotFound) && errors.Is(errOuter, store.ErrNotFound)
 	})
 }
+
+// An Allocator that New did not make, the zero value, is a closed one:
+// calls that take a context fail with ErrClosed and the others answer as
+// over an empty index, never a panic. Close of it, and of a nil
+// *Allocator (a "defer a.Close()" written before New's error is checked),
+// does nothing.
+func TestAZeroAllocatorIsClosed(t *testing.T) {
+	ctx := context.Background()
+	var nilA *allocator.Allocator
+	if err := nilA.Close(); err != nil {
+		t.Errorf("Close of a nil *Allocator: %v", err)
+	}
+	var a allocator.Allocator
+	owner := svc("x")
+	for name, call := range map[string]func() error{
+		"AllocateNext": func() error { _, err := a.AllocateNext(ctx, ipaddress.IPv4, owner); return err },
+		"Allocate":     func() error { _, err := a.Allocate(ctx, ip("10.0.0.6"), owner); return err },
+		"AllocateDualStack": func() error {
+			_, _, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
+			return err
+		},
+		"Restore":       func() error { _, err := a.Restore(ctx, ip("10.0.0.7"), owner); return err },
+		"Release":       func() error { return a.Release(ctx, ip("10.0.0.5")) },
+		"ReleaseAt":     func() error { return a.ReleaseAt(ctx, ip("10.0.0.5"), 1) },
+		"ReleaseOwner":  func() error { _, err := a.ReleaseOwner(ctx, owner); return err },
+		"Get":           func() error { _, err := a.Get(ctx, ip("10.0.0.5")); return err },
+		"AddressesOf":   func() error { _, err := a.AddressesOf(ctx, owner); return err },
+		"CreateCIDR":    func() error { _, err := a.CreateCIDR(ctx, "y", pfx("10.1.0.0/24")); return err },
+		"UpdateCIDR":    func() error { _, err := a.UpdateCIDR(ctx, "x", pfx("10.0.0.0/24")); return err },
+		"DeleteCIDR":    func() error { return a.DeleteCIDR(ctx, "x") },
+		"EnsureDefault": func() error { _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/24")); return err },
+		"WaitRevision":  func() error { return a.WaitRevision(ctx, 0) },
+		"DryRun().AllocateNext": func() error {
+			_, err := a.DryRun().AllocateNext(ctx, ipaddress.IPv4, owner)
+			return err
+		},
+		"DryRun().Allocate":   func() error { return a.DryRun().Allocate(ctx, ip("10.0.0.6"), owner) },
+		"DryRun().CreateCIDR": func() error { return a.DryRun().CreateCIDR(ctx, "y", pfx("10.1.0.0/24")) },
+		"DryRun().DeleteCIDR": func() error { _, err := a.DryRun().DeleteCIDR(ctx, "x"); return err },
+	} {
+		if err := call(); !errors.Is(err, allocator.ErrClosed) {
+			t.Errorf("%s of a zero Allocator: %v, want ErrClosed", name, err)
+		}
+	}
+	if cs := a.CIDRs(); len(cs) != 0 {
+		t.Errorf("CIDRs of a zero Allocator: %v", cs)
+	}
+	if _, err := a.GetCIDR("x"); !errors.Is(err, allocator.ErrNotFound) {
+		t.Errorf("GetCIDR of a zero Allocator: %v, want ErrNotFound", err)
+	}
+	if _, err := a.Usage("x"); !errors.Is(err, allocator.ErrNotFound) {
+		t.Errorf("Usage of a zero Allocator: %v, want ErrNotFound", err)
+	}
+	if u := a.FamilyUsage(ipaddress.IPv4); u != (allocator.Usage{}) {
+		t.Errorf("FamilyUsage of a zero Allocator: %+v", u)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("Close of a zero Allocator: %v", err)
+	}
+}

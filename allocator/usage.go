@@ -35,6 +35,9 @@ type CIDRUsage struct {
 // Usage returns the usage of the CIDR named name. It costs O(prefixes): the
 // counters are kept as addresses come and go.
 func (a *Allocator) Usage(name string) (CIDRUsage, error) {
+	if a.mu == nil {
+		return CIDRUsage{}, &NotFoundError{Kind: "CIDR", Name: name} // not made by New
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.index.Get(name)
@@ -72,7 +75,7 @@ func (a *Allocator) poolUsageLocked(pl *pool) Usage {
 // them), and a word read per 64 addresses of dense pools.
 func (a *Allocator) FamilyUsage(f ipaddress.Family) Usage {
 	fam, ok := famOf(f)
-	if !ok {
+	if !ok || a.mu == nil {
 		return Usage{}
 	}
 	a.mu.Lock()
