@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/etcd"
 )
@@ -69,7 +70,12 @@ func parseEtcdFlags(cl cmdline) (*etcdSpec, error) {
 	}
 	spec.prefix = cl.flags["etcd-prefix"]
 	if err := etcd.CheckPrefix(spec.prefix); err != nil {
-		return nil, usageErrorf("--etcd-prefix %q: %v", spec.prefix, err)
+		// The error names the prefix already; the flag's name says where.
+		var fe *ipaddress.FieldError
+		if errors.As(err, &fe) {
+			return nil, usageErrorf("--etcd-prefix %q: %s", spec.prefix, fe.Detail)
+		}
+		return nil, usageErrorf("--etcd-prefix: %v", err)
 	}
 
 	info := transport.TLSInfo{TrustedCAFile: cl.flags["etcd-cacert"], CertFile: cl.flags["etcd-cert"], KeyFile: cl.flags["etcd-key"]}

@@ -766,7 +766,8 @@ func TestBadInputIsRefusedBeforeTheStoreIsOpened(t *testing.T) {
 		store []string
 		want  string
 	}{
-		{[]string{"--etcd", addr, "--etcd-prefix", "/netipam/v1/ips/x"}, "inside another store's records"},
+		// The prefix named once, by the flag: not again by the store's error.
+		{[]string{"--etcd", addr, "--etcd-prefix", "/netipam/v1/ips/x"}, `--etcd-prefix "/netipam/v1/ips/x": must not be inside another store's records`},
 		{[]string{"--etcd", "http://" + addr + ",https://" + addr}, mixedTLS},
 		{[]string{"--etcd", "unixs:///run/etcd.sock,https://" + addr + ",unix:///run/etcd2.sock"}, mixedTLS},
 		{[]string{"--etcd", "HTTP://" + addr + ",https://" + addr}, mixedTLS},
