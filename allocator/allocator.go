@@ -186,9 +186,10 @@ type Allocator struct {
 	// lastAlone is, per family, the pool poolsHolding found last when it
 	// was alone, or nil; reset whenever the family's pools change.
 	lastAlone [2][1]*pool
-	// ahead holds the default strategy's next starts, drawn in advance
-	// (lookahead.go).
-	ahead lookahead
+	// ahead holds, per family, the default strategy's next starts, drawn
+	// in advance (lookahead.go): apart, so that dual-stack allocations,
+	// which alternate, do not drop each other's.
+	ahead [2]lookahead
 }
 
 // liveSource is a pool that a live CIDR serves; allocations from it are

@@ -62,7 +62,7 @@ func (a *Allocator) looksAheadLocked(pl *pool) bool {
 // Starts drawn for a band of another size are dropped (the band
 // changed): the first search after that draws them all.
 func (a *Allocator) startAheadLocked(pl *pool, lo, n u128.U128) u128.U128 {
-	la, s := &a.ahead, a.cfg.strategy.(*ownedStart)
+	la, s := &a.ahead[pl.fam], a.cfg.strategy.(*ownedStart)
 	if la.n != n {
 		for i := range la.offs {
 			la.offs[i] = u128.U128(s.Start(cidrset.Count(n)))
@@ -88,7 +88,7 @@ func (a *Allocator) startAheadLocked(pl *pool, lo, n u128.U128) u128.U128 {
 // lo+offs[i] will read. Others may take the address before; then what
 // was loaded for it was loaded for nothing.
 func (a *Allocator) loadAheadLocked(pl *pool, lo u128.U128, i int) {
-	la := &a.ahead
+	la := &a.ahead[pl.fam]
 	start := lo.Add(la.offs[i])
 	if pl.bits == nil {
 		set := &a.sparse[pl.fam]

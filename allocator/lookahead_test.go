@@ -84,8 +84,8 @@ func (r *aheadRange) expectStarts(t *testing.T, a *Allocator, count int) {
 		}
 		r.used[rec.Addr] = true
 	}
-	if a.ahead.n != r.n {
-		t.Fatalf("starts drawn ahead for a band of %v, want %v: the search did not draw ahead", a.ahead.n, r.n)
+	if a.ahead[famIndex(r.at(u128.U128{}))].n != r.n {
+		t.Fatalf("starts drawn ahead for a band of %v, want %v: the search did not draw ahead", a.ahead[famIndex(r.at(u128.U128{}))].n, r.n)
 	}
 }
 
@@ -156,4 +156,57 @@ func TestStartsDrawnForAnotherBandAreDropped(t *testing.T) {
 		t.Fatalf("DeleteCIDR(big) = %v, want it blocked by its addresses", err)
 	}
 	rs.expectStarts(t, a, 3000)
+}
+
+// draws returns how many starts s drew since its counter was before: the
+// counter steps by mixGamma, odd, so the count is the difference times
+// mixGamma's inverse modulo 2^64.
+func draws(before uint64, s *ownedStart) uint64 {
+	inv := uint64(mixGamma) // Newton's iteration: each step doubles the bits right
+	for range 6 {
+		inv *= 2 - mixGamma*inv
+	}
+	return (s.counter - before) * inv
+}
+
+// Dual-stack allocations alternate between the families' ranges. Each
+// family keeps its own starts drawn ahead, so that alternating does not
+// drop and draw again the other's: one draw per address allocated, once
+// both are drawn.
+func TestDualStackAllocationsDrawOneStartPerAddress(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, memory.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	v4, v6 := netip.MustParsePrefix("10.0.0.0/12"), netip.MustParsePrefix("fd00::/64")
+	if _, err := a.CreateCIDR(ctx, "dual", v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	r4, r6 := newAheadRange(t, v4), newAheadRange(t, v6)
+	r4.fillEvery(t, a, 11, prefetchFrom+1000)
+	r6.fillEvery(t, a, 3, prefetchFrom+1000)
+	owner := func(i int) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Resource: "services", Name: fmt.Sprintf("dual-%d", i)}
+	}
+	if _, _, err := a.AllocateDualStack(ctx, owner(0), netip.Addr{}, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	s := a.cfg.strategy.(*ownedStart)
+	before := s.counter
+	const n = 200
+	for i := 1; i <= n; i++ {
+		if _, _, err := a.AllocateDualStack(ctx, owner(i), netip.Addr{}, netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := draws(before, s); got != 2*n {
+		t.Fatalf("%d dual-stack allocations drew %d starts, want %d", n, got, 2*n)
+	}
+	for f, r := range []*aheadRange{r4, r6} {
+		if a.ahead[f].n != r.n {
+			t.Fatalf("family %d: starts drawn ahead for a band of %v, want %v", f, a.ahead[f].n, r.n)
+		}
+	}
 }
