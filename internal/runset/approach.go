@@ -61,8 +61,9 @@ const (
 )
 
 // Step takes p one level down: it searches the node loaded last and
-// starts loading the child on the way to p's value, all of its lines. It
-// reports whether there is a level left.
+// starts loading the child on the way to p's value (a leaf whole, an
+// inner node's lines that a search reads). It reports whether there is a
+// level left.
 func (s *Set) Step(p *Approach) bool {
 	n := p.next
 	if n == nil || n.n == 0 { // done, or a node emptied since
