@@ -1311,9 +1311,14 @@ func (a *Allocator) recheckReleased(ctx context.Context, addr netip.Addr, delete
 	}
 }
 
-// Get returns the record of addr from the store.
+// Get returns the record of addr from the store: ErrNotFound if there is
+// none, ErrInvalid (as from Release and Allocate) if addr is no address
+// a record can have.
 func (a *Allocator) Get(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error) {
 	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
 	return a.st.GetAddress(ctx, addr)

@@ -2008,3 +2008,22 @@ func TestRandomStartSharedByAllocatorsReadsItsSourceOneAtATime(t *testing.T) {
 		t.Fatalf("%d callers were in the source at once, want 1", most)
 	}
 }
+
+// An address no record can have (the zero Addr, a zoned or IPv4-mapped
+// one) is invalid input for Get as for Release, not an address that
+// happens to have no record.
+func TestGetAndReleaseRefuseAnAddressNoRecordCanHave(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/24"})
+	for _, addr := range []netip.Addr{{}, ip("fe80::1%eth0"), ip("::ffff:10.0.0.5")} {
+		if _, err := a.Get(ctx, addr); !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("Get(%v) = %v, want ErrInvalid", addr, err)
+		}
+		if err := a.Release(ctx, addr); !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("Release(%v) = %v, want ErrInvalid", addr, err)
+		}
+	}
+	if _, err := a.Get(ctx, ip("10.0.0.5")); !errors.Is(err, allocator.ErrNotFound) {
+		t.Errorf("Get of a free address = %v, want ErrNotFound", err)
+	}
+}
