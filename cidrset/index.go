@@ -122,7 +122,9 @@ func (x *Index) Terminating() []*CIDR { return x.dying }
 // WithPrefix returns the CIDRs holding prefix p (masked), sorted by name.
 func (x *Index) WithPrefix(p netip.Prefix) []*CIDR { return x.byPrefix[p.Masked()] }
 
-// Get returns the CIDR named name.
+// Get returns the CIDR named name. Its Prefixes is shared with the index,
+// as the slices the index returns are: do not modify it (Clone the CIDR
+// to change a copy).
 func (x *Index) Get(name string) (CIDR, bool) {
 	c, ok := x.byName[name]
 	if !ok {
