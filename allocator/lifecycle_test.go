@@ -97,8 +97,28 @@ func TestCloseEndsWaitsAndRefusesLaterCalls(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a wait in flight at Close did not end")
 	}
-	owner := svc("late")
-	calls := map[string]func() error{
+	calls := contextCalls(ctx, a, svc("late"))
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, allocator.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	if got, err := a.Get(ctx, ip("10.0.0.5")); err == nil {
+		t.Errorf("Get after Close returned %+v", got)
+	}
+	if _, err := a.GetCIDR("x"); err != nil {
+		t.Errorf("GetCIDR after Close: %v, want the index's copy", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// contextCalls are the calls of a that take a context, each with input it
+// would serve if open (x=10.0.0.0/24 holding 10.0.0.5 for services/a),
+// by name: a new one is added here, for every test of them.
+func contextCalls(ctx context.Context, a *allocator.Allocator, owner ipaddress.ParentRef) map[string]func() error {
+	return map[string]func() error{
 		"AllocateNext": func() error { _, err := a.AllocateNext(ctx, ipaddress.IPv4, owner); return err },
 		"Allocate":     func() error { _, err := a.Allocate(ctx, ip("10.0.0.6"), owner); return err },
 		"AllocateDualStack": func() error {
@@ -117,7 +137,7 @@ func TestCloseEndsWaitsAndRefusesLaterCalls(t *testing.T) {
 		},
 		"DeleteCIDR": func() error { return a.DeleteCIDR(ctx, "x") },
 		"Restore":    func() error { _, err := a.Restore(ctx, ip("10.0.0.7"), owner); return err },
-		// A revision the index had reached too: it no longer follows.
+		// A revision an open index has reached.
 		"WaitRevision":  func() error { return a.WaitRevision(ctx, 1) },
 		"EnsureDefault": func() error { _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/24")); return err },
 		"DryRun().AllocateNext": func() error {
@@ -127,20 +147,6 @@ func TestCloseEndsWaitsAndRefusesLaterCalls(t *testing.T) {
 		"DryRun().Allocate":   func() error { return a.DryRun().Allocate(ctx, ip("10.0.0.6"), owner) },
 		"DryRun().CreateCIDR": func() error { return a.DryRun().CreateCIDR(ctx, "y", pfx("10.1.0.0/24")) },
 		"DryRun().DeleteCIDR": func() error { _, err := a.DryRun().DeleteCIDR(ctx, "x"); return err },
-	}
-	for name, call := range calls {
-		if err := call(); !errors.Is(err, allocator.ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
-		}
-	}
-	if got, err := a.Get(ctx, ip("10.0.0.5")); err == nil {
-		t.Errorf("Get after Close returned %+v", got)
-	}
-	if _, err := a.GetCIDR("x"); err != nil {
-		t.Errorf("GetCIDR after Close: %v, want the index's copy", err)
-	}
-	if err := a.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
 	}
 }
 
@@ -367,33 +373,7 @@ func TestAZeroAllocatorIsClosed(t *testing.T) {
 		t.Errorf("Close of a nil *Allocator: %v", err)
 	}
 	var a allocator.Allocator
-	owner := svc("x")
-	for name, call := range map[string]func() error{
-		"AllocateNext": func() error { _, err := a.AllocateNext(ctx, ipaddress.IPv4, owner); return err },
-		"Allocate":     func() error { _, err := a.Allocate(ctx, ip("10.0.0.6"), owner); return err },
-		"AllocateDualStack": func() error {
-			_, _, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
-			return err
-		},
-		"Restore":       func() error { _, err := a.Restore(ctx, ip("10.0.0.7"), owner); return err },
-		"Release":       func() error { return a.Release(ctx, ip("10.0.0.5")) },
-		"ReleaseAt":     func() error { return a.ReleaseAt(ctx, ip("10.0.0.5"), 1) },
-		"ReleaseOwner":  func() error { _, err := a.ReleaseOwner(ctx, owner); return err },
-		"Get":           func() error { _, err := a.Get(ctx, ip("10.0.0.5")); return err },
-		"AddressesOf":   func() error { _, err := a.AddressesOf(ctx, owner); return err },
-		"CreateCIDR":    func() error { _, err := a.CreateCIDR(ctx, "y", pfx("10.1.0.0/24")); return err },
-		"UpdateCIDR":    func() error { _, err := a.UpdateCIDR(ctx, "x", pfx("10.0.0.0/24")); return err },
-		"DeleteCIDR":    func() error { return a.DeleteCIDR(ctx, "x") },
-		"EnsureDefault": func() error { _, err := a.EnsureDefault(ctx, pfx("10.96.0.0/24")); return err },
-		"WaitRevision":  func() error { return a.WaitRevision(ctx, 0) },
-		"DryRun().AllocateNext": func() error {
-			_, err := a.DryRun().AllocateNext(ctx, ipaddress.IPv4, owner)
-			return err
-		},
-		"DryRun().Allocate":   func() error { return a.DryRun().Allocate(ctx, ip("10.0.0.6"), owner) },
-		"DryRun().CreateCIDR": func() error { return a.DryRun().CreateCIDR(ctx, "y", pfx("10.1.0.0/24")) },
-		"DryRun().DeleteCIDR": func() error { _, err := a.DryRun().DeleteCIDR(ctx, "x"); return err },
-	} {
+	for name, call := range contextCalls(ctx, &a, svc("x")) {
 		if err := call(); !errors.Is(err, allocator.ErrClosed) {
 			t.Errorf("%s of a zero Allocator: %v, want ErrClosed", name, err)
 		}
