@@ -70,13 +70,17 @@ func (a *Allocator) startAheadLocked(pl *pool, lo, n u128.U128) u128.U128 {
 		}
 		la.n, la.next = n, 0
 	}
+	i := la.next
 	if pl.bits == nil {
 		set := &a.sparse[pl.fam]
-		for i := range la.steps {
-			set.Step(&la.steps[i])
+		for j := range la.steps {
+			set.Step(&la.steps[j])
 		}
+		// The search from this start descends where its approach went:
+		// unless the set's inner nodes changed meanwhile, it starts at
+		// the leaf the approach reached.
+		set.Adopt(&la.steps[i])
 	}
-	i := la.next
 	off := la.offs[i]
 	la.offs[i] = u128.U128(s.Start(cidrset.Count(n)))
 	la.next = (i + 1) % aheadLen

@@ -19,17 +19,30 @@ import (
 // tree, and is then searched all the same (it is still a node, and the
 // garbage collector keeps it), which loads the wrong lines at worst. The
 // zero value has nothing to do.
+//
+// An approach that reaches its leaf while no inner node changes is the
+// descent a lookup of its value would make: Adopt hands it to the set, so
+// that the lookup does not search the inner nodes a second time.
 type Approach struct {
 	x     u128.U128
 	next  *inner // the node the next step searches; nil when done
 	depth int    // next's depth: 0 for the root
+
+	// The steps taken so far, the bounds their separators put on x (as
+	// descend computes them), the set's sgen when the approach began, and
+	// the leaf once reached (nil until then).
+	path   [maxDepth]frame
+	lo, hi u128.U128
+	open   bool
+	sgen   uint64
+	lf     *leaf
 }
 
-// Approach starts an approach to x, and loads the first node on the way.
-// It does nothing for a set small enough to stay in cache (below
-// readAheadRuns runs).
+// Approach starts an approach to x at the root, which every descent
+// searches and so is in cache (a root leaf is loaded). It does nothing
+// for a set small enough to stay in cache (below readAheadRuns runs).
 func (s *Set) Approach(p *Approach, x u128.U128) {
-	p.x, p.next, p.depth = x, nil, 0
+	p.x, p.next, p.depth, p.lf = x, nil, 0, nil
 	if s.runs < readAheadRuns-s.shrink.ahead {
 		return
 	}
@@ -37,8 +50,9 @@ func (s *Set) Approach(p *Approach, x u128.U128) {
 		prefetch.Lines(unsafe.Pointer(s.leaf), leafLines)
 		return
 	}
-	p.next = s.root
-	s.loadInner(p.next, s.height == 1)
+	// Every descent searches the root: it is in cache, and is not loaded.
+	p.next, p.sgen = s.root, s.sgen
+	p.lo, p.hi, p.open = u128.U128{}, u128.Max(), true
 }
 
 // loadInner starts loading the lines of n that a search of it reads: its
@@ -71,9 +85,21 @@ func (s *Set) Step(p *Approach) bool {
 		return false
 	}
 	i := n.find(p.x)
+	if p.depth >= len(p.path) { // only through nodes unlinked since
+		p.next = nil
+		return false
+	}
+	p.path[p.depth] = frame{n, i}
+	if i > 0 {
+		p.lo, p.open = n.keys[i], false
+	}
+	if i+1 < n.n {
+		p.hi = n.keys[i+1].Dec()
+	}
 	if n.leafKids {
 		if l := n.leaves[i]; l != nil {
 			prefetch.Lines(unsafe.Pointer(l), leafLines)
+			p.lf = l
 		}
 		p.next = nil
 		return false
@@ -85,4 +111,19 @@ func (s *Set) Step(p *Approach) bool {
 	p.depth++
 	s.loadInner(p.next, p.depth == s.height-1)
 	return true
+}
+
+// Adopt makes p's descent the set's finger, if p has reached its leaf and
+// no inner node has changed since p began (sgen, and the root, are those
+// p saw): a lookup of any value within p's bounds, such as p's own, then
+// starts at that leaf instead of searching the inner nodes again. Adopt
+// does nothing otherwise, and changes no value in the set either way.
+func (s *Set) Adopt(p *Approach) {
+	if p.lf == nil || p.sgen != s.sgen || s.height == 0 || p.depth+1 != s.height || p.path[0].n != s.root {
+		return
+	}
+	f := &s.finger
+	f.depth, f.lf = s.height, p.lf
+	copy(f.path[:s.height], p.path[:s.height])
+	s.fingerLo, s.fingerHi, s.fingerOpen, s.fingerGen = p.lo, p.hi, p.open, s.gen
 }

@@ -112,6 +112,11 @@ type Set struct {
 	runs   int       // number of runs
 	n      u128.U128 // number of values, modulo 2^128
 	gen    uint64    // bumped by every mutation, so Ranges notices them
+	// sgen is bumped by every change to an inner node or to which node is
+	// the root: while it holds, a descent taken earlier still reaches the
+	// same leaf within the same bounds (Adopt relies on it). Mutations of
+	// leaves alone, the allocator's common case, leave it.
+	sgen uint64
 
 	// finger is the path of the last descent (depth, path and lf; not i).
 	// A descent for a value in [fingerLo, fingerHi], the bounds that the
@@ -196,7 +201,7 @@ func (s *Set) changedLeaf() {
 // and raiseFingerLo.
 func (s *Set) newMin(m u128.U128) {
 	if s.height > 0 {
-		s.finger.fixMin(s.finger.depth, m)
+		s.fixMin(&s.finger, s.finger.depth, m)
 		s.raiseFingerLo(&s.finger, m)
 	}
 }
@@ -433,7 +438,10 @@ func (c *cursor) first(s *Set, x u128.U128) bool {
 // fixMin records that the node at the given depth of c's path (depth c.depth
 // is the leaf) now has minimum start m: the key naming it in its parent
 // changes, and so on upwards while the node is its parent's first child.
-func (c *cursor) fixMin(depth int, m u128.U128) {
+func (s *Set) fixMin(c *cursor, depth int, m u128.U128) {
+	if depth > 0 {
+		s.sgen++
+	}
 	for d := depth - 1; d >= 0; d-- {
 		f := c.path[d]
 		f.n.keys[f.i] = m
@@ -451,7 +459,7 @@ func (c *cursor) fixMin(depth int, m u128.U128) {
 func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) bool {
 	s.runs++
 	if l := c.lf; l.n < s.leafMax(l) && l.fits(start, end) {
-		c.insert(j, start, end)
+		s.insert(c, j, start, end)
 		return true
 	}
 	s.insertSlow(c, j, start, end)
@@ -460,10 +468,10 @@ func (s *Set) insertAt(c *cursor, j int, start, end u128.U128) bool {
 
 // insert inserts [start, end] at index j of c's leaf, which must have room
 // for it in its form.
-func (c *cursor) insert(j int, start, end u128.U128) {
+func (s *Set) insert(c *cursor, j int, start, end u128.U128) {
 	c.lf.insert(j, start, end)
 	if j == 0 {
-		c.fixMin(c.depth, start)
+		s.fixMin(c, c.depth, start)
 	}
 }
 
@@ -476,7 +484,7 @@ func (s *Set) insertSlow(c *cursor, j int, start, end u128.U128) {
 		// (j == 0) or last (j == l.n) in a compact leaf.
 		if l.n < s.wideMax() {
 			l.widen()
-			c.insert(j, start, end)
+			s.insert(c, j, start, end)
 			return
 		}
 		// Widening this leaf would split it into two wide halves, doubling
@@ -492,7 +500,7 @@ func (s *Set) insertSlow(c *cursor, j int, start, end u128.U128) {
 	// removed, compacting it makes room.
 	if hi := start.Hi; !l.compact && l.n < s.compactMax() && end.Hi == hi && l.start(0).Hi == hi && l.end(l.n-1).Hi == hi {
 		l.compactIfShared(s.compactMax())
-		c.insert(j, start, end)
+		s.insert(c, j, start, end)
 		return
 	}
 	if s.redistribute(c, j, start, end) {
@@ -521,6 +529,7 @@ func (s *Set) giveNext(c *cursor, start, end u128.U128) bool {
 	}
 	r.insert(0, start, end)
 	f.n.keys[f.i+1] = start
+	s.sgen++
 	return true
 }
 
@@ -532,7 +541,7 @@ func (s *Set) addLeafBeside(c *cursor, j int, start, end u128.U128) {
 		// The new leaf must follow c's: it takes l's runs instead.
 		*r = *l
 		l.only(start, end)
-		c.fixMin(c.depth, start)
+		s.fixMin(c, c.depth, start)
 	} else {
 		r.only(start, end)
 	}
@@ -584,6 +593,9 @@ func (s *Set) redistribute(c *cursor, j int, start, end u128.U128) bool {
 	switch {
 	case kl == 0 && kr == 0:
 		return false
+	}
+	s.sgen++ // a separator moves
+	switch {
 	case kl >= kr:
 		// v[0:kl] go to the end of left, the rest stays in l.
 		d := left.n
@@ -611,7 +623,7 @@ func (s *Set) redistribute(c *cursor, j int, start, end u128.U128) bool {
 		} else {
 			copyRuns(right, 0, l, m-1, kr)
 			l.n = m - 1
-			c.insert(j, start, end)
+			s.insert(c, j, start, end)
 		}
 		p.keys[i+1] = right.start(0)
 	}
@@ -628,7 +640,7 @@ func (s *Set) split(c *cursor, j int, start, end u128.U128) {
 	copyRuns(r, 0, l, h, l.n-h)
 	r.n, l.n = l.n-h, h
 	if j <= h {
-		c.insert(j, start, end)
+		s.insert(c, j, start, end)
 	} else {
 		r.insert(j-h, start, end)
 	}
@@ -640,6 +652,7 @@ func (s *Set) split(c *cursor, j int, start, end u128.U128) {
 // addChild inserts a new child (kid or lf) with minimum key just after the
 // child taken by c at depth d, splitting inner nodes upwards as needed.
 func (s *Set) addChild(c *cursor, d int, key u128.U128, kid *inner, lf *leaf) {
+	s.sgen++
 	for ; d >= 0; d-- {
 		p, j := c.path[d].n, c.path[d].i+1
 		if p.n < s.innerMax() {
@@ -694,12 +707,13 @@ func (s *Set) removeLeaf(c *cursor) {
 	if s.height == 0 {
 		return // the root leaf stays, empty
 	}
+	s.sgen++
 	for d := c.depth - 1; d >= 0; d-- {
 		f := c.path[d]
 		f.n.removeChild(f.i)
 		if f.n.n > 0 {
 			if f.i == 0 {
-				c.fixMin(d, f.n.keys[0])
+				s.fixMin(c, d, f.n.keys[0])
 			}
 			break
 		}
@@ -948,7 +962,7 @@ func (s *Set) AddRange(lo, hi u128.U128) u128.U128 {
 		s.runs -= m
 		if m < l2.n {
 			l2.cut(0, m)
-			c2.fixMin(c2.depth, l2.start(0))
+			s.fixMin(&c2, c2.depth, l2.start(0))
 			break
 		}
 		// The whole next leaf merged: drop it, find our run again (its leaf
@@ -979,7 +993,7 @@ func (s *Set) setRun(c *cursor, j int, start, end u128.U128) bool {
 			// the run is the leaf's first or last one, so l keeps runs.
 			l.cut(j, j+1)
 			if j == 0 {
-				c.fixMin(c.depth, l.start(0))
+				s.fixMin(c, c.depth, l.start(0))
 			}
 			s.runs--
 			c.seek(s, start)
@@ -991,7 +1005,7 @@ func (s *Set) setRun(c *cursor, j int, start, end u128.U128) bool {
 	old := l.start(j)
 	l.set(j, start, end)
 	if j == 0 && start != old {
-		c.fixMin(c.depth, start)
+		s.fixMin(c, c.depth, start)
 	}
 	return true
 }
@@ -1092,14 +1106,14 @@ func (s *Set) RemoveRange(lo, hi u128.U128) u128.U128 {
 				s.removeLeaf(&c)
 				simple = false
 			} else if i == 0 {
-				c.fixMin(c.depth, l.start(0))
+				s.fixMin(&c, c.depth, l.start(0))
 				s.raiseFingerLo(&c, l.start(0))
 			}
 		case start == a:
 			// Within the run: the bounds keep fitting the leaf's form.
 			l.setStart(i, b.Inc())
 			if i == 0 {
-				c.fixMin(c.depth, b.Inc())
+				s.fixMin(&c, c.depth, b.Inc())
 				s.raiseFingerLo(&c, b.Inc())
 			}
 		case end == b:
@@ -1139,8 +1153,8 @@ func (s *Set) Reset(sorted []u128.U128) error {
 		}
 		runs++
 	}
-	gen := s.gen + 1
-	*s = Set{gen: gen, runs: runs, n: u128.From64(uint64(len(sorted))), shrink: s.shrink}
+	gen, sgen := s.gen+1, s.sgen+1
+	*s = Set{gen: gen, sgen: sgen, runs: runs, n: u128.From64(uint64(len(sorted))), shrink: s.shrink}
 	if runs == 0 {
 		return nil
 	}

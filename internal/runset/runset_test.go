@@ -696,6 +696,17 @@ func TestProperty(t *testing.T) {
 					s.Step(&approaches[i])
 				}
 			},
+			// An approach adopted after mutations must be refused unless
+			// its descent still holds: check's checkFinger verifies the
+			// finger against a fresh descent, and every lookup after it
+			// against the model.
+			"Adopt": func(t *rapid.T) {
+				i := rapid.IntRange(0, len(approaches)-1).Draw(t, "i")
+				s.Adopt(&approaches[i])
+				if err := s.checkFinger(); err != nil {
+					t.Fatalf("after Adopt: %v", err)
+				}
+			},
 			"Add": func(t *rapid.T) {
 				x := val.Draw(t, "x")
 				_, had := m.runAt(x)
