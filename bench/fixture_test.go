@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"testing"
 )
@@ -69,8 +70,25 @@ func fixture(b *testing.B, key fixtureKey, n int) Allocator {
 			b.Fatal(err)
 		}
 		fx.n = n
+		// A collection the fill started (hundreds of MiB at 10M
+		// addresses) would still be marking through the start of the
+		// measured loop, whose pointer writes would pay its write
+		// barrier; the loops allocate nothing, so none starts later. The
+		// testing package collects before each benchmark for the same
+		// reason, but before the fixture exists. With collection off
+		// (GOGC=off, as bench/ir.sh runs) none is in flight.
+		if gcOn() {
+			runtime.GC()
+		}
 	}
 	return fx.a
+}
+
+// gcOn reports whether the garbage collector runs (GOGC is not off).
+func gcOn() bool {
+	pct := debug.SetGCPercent(-1)
+	debug.SetGCPercent(pct)
+	return pct >= 0
 }
 
 // freeAddrs returns up to max addresses of the cached small-prefix fixture

@@ -25,10 +25,12 @@ command -v valgrind >/dev/null || { echo "$0: valgrind is not installed" >&2; ex
 tmp=$(mktemp -d)
 # cpu.rdtscp=off: valgrind does not know RDTSCP, which the runtime's lock
 # uses, when it waits, to time the wait; without it a run dies of SIGILL
-# now and then (every time, some days).
+# now and then (every time, some days). GOGC=off: a collection still
+# marking the fixture during the loop (valgrind runs it ~50x slower) would
+# add its write barriers to the count, in some runs and not others.
 trap 'rm -rf "$tmp"' EXIT
 for pat in "$@"; do
-  GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind \
+  GOGC=off GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind \
     --toggle-collect='github.com/netipam/netipam/bench.allocRelease' \
     --callgrind-out-file="$tmp/out" "$bin" -test.run '^$' -test.bench "$pat" \
     -test.benchtime "${n}x" >"$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
