@@ -16,7 +16,7 @@ func TestPrefetchNeverFaultsNorWrites(t *testing.T) {
 		Line(unsafe.Pointer(&buf[i]))
 	}
 	Line(nil)
-	for _, n := range []int{-1, 0, 1, 4, 64} { // 64 lines: 4 KiB past a 256-byte buffer
+	for _, n := range []int{-1, 0, 1, 4, 7, 8, 9, 17, 64} { // 64 lines: 4 KiB past a 256-byte buffer
 		Lines(unsafe.Pointer(&buf[0]), n)
 	}
 	Lines(nil, 8)
