@@ -37,6 +37,11 @@ type Decision struct {
 	// Fences are the live CIDRs whose coverage the decision relied on: the
 	// removal must be fenced on them.
 	Fences []store.Fence
+	// Unknown is true when the decision could not see the allocated
+	// addresses (Decide without used, DecideIn without a View). Remove is
+	// then false and Blocking empty, whatever covers the CIDR: an address
+	// it could not see may be one that only this CIDR holds.
+	Unknown bool
 }
 
 // Condition returns the Ready condition the CIDR carries while the decision
@@ -56,7 +61,14 @@ func (d Decision) Condition(c cidrset.CIDR) cidrset.Condition {
 // parts, and a blocked decision costs about the same however many
 // addresses hold it. Addresses that are a prefix's network address or IPv4
 // broadcast never block.
+//
+// Decide never removes what it cannot check: with a nil used, or one that
+// yields a nil sequence when asked, the decision is Unknown and keeps the
+// CIDR.
 func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange) iter.Seq[netipx.IPRange]) Decision {
+	if used == nil {
+		return Decision{Unknown: true}
+	}
 	var live []cidrset.CIDR
 	for _, o := range others {
 		if !o.Terminating && o.Name != target.Name {
@@ -88,7 +100,10 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 			}
 		}
 		set, _ := gaps.IPSet()
-		d.Blocking = appendUsed(d.Blocking, set.Ranges(), used)
+		var seen bool
+		if d.Blocking, seen = appendUsed(d.Blocking, set.Ranges(), used); !seen {
+			return Decision{Unknown: true}
+		}
 	}
 	if len(d.Blocking) > MaxBlocking {
 		d.Blocking, d.More = d.Blocking[:MaxBlocking], true
@@ -106,20 +121,25 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 
 // appendUsed appends to dst the used addresses inside gaps (ascending and
 // disjoint), up to MaxBlocking+1 in all: the one past MaxBlocking tells
-// that the list is cut.
-func appendUsed(dst []netip.Addr, gaps []netipx.IPRange, used func(netipx.IPRange) iter.Seq[netipx.IPRange]) []netip.Addr {
+// that the list is cut. seen is false when used yielded a nil sequence:
+// the addresses of that gap are unknown.
+func appendUsed(dst []netip.Addr, gaps []netipx.IPRange, used func(netipx.IPRange) iter.Seq[netipx.IPRange]) (_ []netip.Addr, seen bool) {
 	for _, g := range gaps {
 		if len(dst) > MaxBlocking {
-			return dst
+			return dst, true
 		}
-		for r := range used(g) {
+		seq := used(g)
+		if seq == nil {
+			return dst, false
+		}
+		for r := range seq {
 			r, ok := intersect(r, g)
 			if !ok {
 				continue
 			}
 			for a := r.From(); ; a = a.Next() {
 				if dst = append(dst, a); len(dst) > MaxBlocking {
-					return dst // read no further
+					return dst, true // read no further
 				}
 				if a == r.To() {
 					break
@@ -127,7 +147,7 @@ func appendUsed(dst []netip.Addr, gaps []netipx.IPRange, used func(netipx.IPRang
 			}
 		}
 	}
-	return dst
+	return dst, true
 }
 
 // coveringPrefix returns a live CIDR with a prefix containing all of p.

@@ -12,6 +12,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 )
 
@@ -34,8 +35,12 @@ type View interface {
 
 // DecideIn is Decide for target with the CIDRs and addresses of v: the
 // same decision as over every CIDR v knows, since only the ones
-// overlapping target can cover it.
+// overlapping target can cover it. A nil v sees no address: the decision
+// is Unknown and keeps the CIDR.
 func DecideIn(v View, target cidrset.CIDR) Decision {
+	if v == nil {
+		return Decision{Unknown: true}
+	}
 	var others []cidrset.CIDR
 	for _, p := range target.Prefixes {
 		others = append(others, v.Overlapping(p)...)
@@ -75,8 +80,16 @@ const maxAttempts = 20
 // allows it. The removal is fenced on the CIDR's revision and on every live
 // CIDR the decision relied on, so an allocation or deletion racing with it
 // makes it retry rather than orphan an address. A CIDR that is not
-// Terminating is left alone.
+// Terminating is left alone. A Reconciler without a Store or a View
+// cannot decide: it reads and removes nothing and returns an
+// *ipaddress.FieldError naming the field (it matches ipaddress.ErrInvalid).
 func (r Reconciler) Reconcile(ctx context.Context, name string) (Result, error) {
+	switch {
+	case r.Store == nil:
+		return Result{}, &ipaddress.FieldError{Field: "Store", Required: true, Detail: "a Reconciler needs a store to read and remove CIDRs"}
+	case r.View == nil:
+		return Result{}, &ipaddress.FieldError{Field: "View", Required: true, Detail: "a Reconciler needs a view to see the allocated addresses"}
+	}
 	for attempt := 0; ; attempt++ {
 		c, err := r.Store.GetCIDR(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
