@@ -1333,9 +1333,14 @@ func (a *Allocator) Get(ctx context.Context, addr netip.Addr) (ipaddress.IPAddre
 // AddressesOf returns the records owner holds, through the store's owner
 // index, as the store answers: with a *store.SkippedError beside them when
 // records that might be owner's cannot be decoded (see
-// store.Store.AddressesOf).
+// store.Store.AddressesOf). An owner Allocate would refuse is refused with
+// the same error (owner.Validate's, matching ErrInvalid), before the store
+// is asked: no owner the allocator serves can hold a record.
 func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
 	if err := a.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := owner.Validate(); err != nil {
 		return nil, err
 	}
 	return a.st.AddressesOf(ctx, owner)
@@ -1352,8 +1357,15 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 // released all the same, and that error is returned with them (it matches
 // store.ErrCorrupt), since a record it names may be owner's and is still
 // held. A release that fails still ends the call with its own error.
+//
+// An owner Allocate would refuse is refused as AddressesOf refuses it, and
+// nothing is released: a record written past the allocator for such an
+// owner is released by address (Release) or by a repair pass.
 func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef) ([]netip.Addr, error) {
 	if err := a.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := owner.Validate(); err != nil {
 		return nil, err
 	}
 	recs, listErr := a.st.AddressesOf(ctx, owner)
