@@ -231,6 +231,14 @@ type Store interface {
 	// AddressesOf returns the records held by owner, in address order
 	// (IPv4 first), through an index.
 	//
+	// owner is not validated, as no owner of a record is: a store holds
+	// what it is given, and ipaddress.ParentRef.Validate is the
+	// allocator's to apply (as cidrset.Validate is, beside CheckCIDR).
+	// Any owner is looked up field for field, so a record written past
+	// the allocator for an owner it would refuse is still found, and two
+	// owners that print alike stay apart. An owner no record has, one
+	// CreateAddresses would refuse included, has none and no error.
+	//
 	// A record the store holds but cannot decode, and that might be
 	// owner's, does not hide owner's others: when such records are the
 	// only problem, AddressesOf returns owner's other records and a

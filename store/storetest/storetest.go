@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,6 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"EmptyAddressBatchTakesNoRevision", testEmptyBatch},
 		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
 		{"OwnerIndex", testOwnerIndex},
+		{"OwnerIndexTakesAnyOwner", testOwnerIndexTakesAnyOwner},
 		{"RevisionsStrictlyIncrease", testRevisions},
 		{"WatchResetThenEveryChangeInOrder", testWatch},
 		{"WatchStopsWithContext", testWatchStops},
@@ -538,6 +540,44 @@ func testOwnerIndex(t *testing.T, s store.Store) {
 	other.Namespace = "kube-system"
 	if recs, err := s.AddressesOf(ctx, other); err != nil || len(recs) != 0 {
 		t.Fatalf("AddressesOf(%v) = %v, %v", other, recs, err)
+	}
+}
+
+// A store does not validate owners (ipaddress.ParentRef.Validate is the
+// allocator's to apply): a record of an owner the allocator would refuse is
+// stored and listed by its owner like any other, field for field, so that
+// owners that print alike stay apart. An owner no record has, however
+// long, has none.
+func testOwnerIndexTakesAnyOwner(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	odd := []ipaddress.ParentRef{
+		{},
+		{Name: "no-resource"},
+		{Resource: "Services", Namespace: "default", Name: "Web"},
+		// These two print alike, services/default/x/web.
+		{Resource: "services", Namespace: "default/x", Name: "web"},
+		{Resource: "services", Namespace: "default", Name: "x/web"},
+		{Group: "Bad.Group", Resource: "services", Name: "a\x00b"},
+		{Resource: "services", Namespace: "default", Name: "é"},
+	}
+	for i, o := range odd {
+		if o.Validate() == nil {
+			t.Fatalf("%#v: the case is a valid owner", o)
+		}
+		recs := []ipaddress.IPAddress{{Addr: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Parent: o}}
+		if _, err := s.CreateAddresses(ctx, recs); err != nil {
+			t.Fatalf("CreateAddresses for %#v: %v", o, err)
+		}
+	}
+	for i, o := range odd {
+		recs, err := s.AddressesOf(ctx, o)
+		if err != nil || len(recs) != 1 || recs[0].Parent != o || recs[0].Addr != netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}) {
+			t.Errorf("AddressesOf(%#v) = %+v, %v; want its one record", o, recs, err)
+		}
+	}
+	long := owner(strings.Repeat("n", 64<<10)) // past what some store can key
+	if recs, err := s.AddressesOf(ctx, long); err != nil || len(recs) != 0 {
+		t.Errorf("AddressesOf(a %d-byte name) = %d records, %v; want none, no error", len(long.Name), len(recs), err)
 	}
 }
 
