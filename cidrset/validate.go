@@ -188,6 +188,13 @@ func prefixesValue(ps []netip.Prefix) string {
 // up to 2 values"; the prefixes are then not checked further), each valid
 // by ValidatePrefix (field "spec.cidrs[i]"), and two of them must be of
 // different families. All problems found are joined.
+//
+// Validate is the rule of what may be created (SPEC §1), which the
+// allocator applies; it is stricter than what a store keeps
+// (store.CheckCIDR, which takes every CIDR Validate takes). The
+// difference is deliberate, and listed there: a store holds, and hands
+// back unchanged, CIDRs written before a rule here tightened or by
+// another writer, which must stay readable and deletable.
 func (c CIDR) Validate() error {
 	return joinErrs(ValidateName(c.Name), validatePrefixes(c.Prefixes))
 }

@@ -117,6 +117,17 @@ const (
 // applies before a store sees the CIDR; a Store given a CIDR directly must
 // still refuse what it could not decode, or what another store could not
 // keep. The error is an *ipaddress.FieldError.
+//
+// Every CIDR cidrset.Validate takes, CheckCIDR takes. The converse does
+// not hold, on purpose, and only for these: a name that is not a DNS-1123
+// subdomain (capitals, "_", past 253 bytes), no prefix or more than two,
+// two prefixes of one family, a prefix with bits set past its length, an
+// IPv4-mapped prefix. Within its limits a store keeps what it is given
+// and reads it back unchanged; the rules of what may be created are the
+// allocator's. Were a store to apply them, a CIDR written before a rule
+// tightened, or by another writer, could not be updated, so not marked
+// Terminating, so never deleted. The allocator tolerates such a CIDR (it
+// masks its prefixes). A test of this package pins the list.
 func CheckCIDR(c cidrset.CIDR) error {
 	if err := CheckCIDRName(c.Name); err != nil {
 		return err
