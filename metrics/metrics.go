@@ -29,6 +29,13 @@
 // repair counters by the repair package through Repairer.Observer. One
 // Metrics serves all three:
 //
+// A CIDR removed from the store (not one Terminating) loses every series
+// labelled with it: the gauges at once, the per-CIDR counters and the
+// histogram at the first scrape after the tracked allocator has seen the
+// removal. So a CIDR created again under that name before that scrape
+// continues the old counts. Without a tracked source (Track) nothing is
+// known to be removed, and the counters keep every CIDR they have seen.
+//
 //	m := metrics.New()
 //	a, _ := allocator.New(ctx, st, allocator.WithObserver(m))
 //	m.Track(a)
@@ -38,6 +45,9 @@ package metrics
 
 import (
 	"math"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,6 +142,14 @@ type Metrics struct {
 	reconcileErrors prometheus.Counter
 
 	source atomic.Pointer[UsageSource]
+
+	// seen counts the events per CIDR name that the counters hold series
+	// for, so a scrape can tell a removed CIDR's series from those of one
+	// created again while it ran. Events hold mu shared, a scrape's pruning
+	// holds it alone: a series is never removed between an event's count
+	// and its increment.
+	mu   sync.RWMutex
+	seen map[string]*atomic.Uint64
 }
 
 var (
@@ -148,6 +166,7 @@ func New(opts ...Option) *Metrics {
 	}
 	n := cfg.names
 	m := &Metrics{
+		seen: map[string]*atomic.Uint64{},
 		allocated: prometheus.NewDesc(n.AllocatedIPs,
 			"Gauge measuring the number of allocated IPs, per CIDR and prefix", []string{"cidr", "prefix"}, cfg.labels),
 		available: prometheus.NewDesc(n.AvailableIPs,
@@ -175,7 +194,9 @@ func New(opts ...Option) *Metrics {
 }
 
 // Track sets the source of the per-CIDR gauges, usually the allocator
-// this Metrics observes. Until it is called the gauges are not exposed;
+// this Metrics observes. It also tells which CIDRs have been removed, whose
+// counter series go (see the package doc), so it should be that allocator:
+// another one sharing the store may not have seen a CIDR created yet. Until it is called the gauges are not exposed;
 // nil, or a nil *allocator.Allocator (from a New that failed), removes
 // the source rather than fail every scrape.
 func (m *Metrics) Track(src UsageSource) {
@@ -201,7 +222,13 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	if p := m.source.Load(); p != nil {
 		src := *p
-		for _, c := range src.CIDRs() {
+		// Taken before the CIDRs: an event counted by then was for a CIDR
+		// the allocator knew then, so one missing from the list after has
+		// been removed since.
+		before := m.seenCounts()
+		cidrs := src.CIDRs()
+		m.prune(before, cidrs)
+		for _, c := range cidrs {
 			u, err := src.Usage(c.Name)
 			if err != nil {
 				continue // removed since CIDRs was read
@@ -224,6 +251,44 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.reconcileErrors.Collect(ch)
 }
 
+func (m *Metrics) seenCounts() map[string]uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make(map[string]uint64, len(m.seen))
+	for name, n := range m.seen {
+		out[name] = n.Load()
+	}
+	return out
+}
+
+// prune removes the counter and histogram series of the CIDRs counted in
+// before that are not among live, unless an event came for that name
+// since before was taken: that may be a CIDR of the name created again,
+// left for the next scrape to judge.
+func (m *Metrics) prune(before map[string]uint64, live []cidrset.CIDR) {
+	gone := make([]string, 0, len(before))
+	for name := range before {
+		if _, found := slices.BinarySearchFunc(live, name, func(c cidrset.CIDR, n string) int { return strings.Compare(c.Name, n) }); !found {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, name := range gone {
+		if n, ok := m.seen[name]; !ok || n.Load() != before[name] {
+			continue
+		}
+		delete(m.seen, name)
+		l := prometheus.Labels{"cidr": name}
+		m.allocations.DeletePartialMatch(l)
+		m.errors.DeletePartialMatch(l)
+		m.duration.DeletePartialMatch(l)
+	}
+}
+
 // Float converts a count to float64, rounding counts above 2^53 (IPv6).
 func Float(c cidrset.Count) float64 {
 	return float64(c.Hi)*math.Exp2(64) + float64(c.Lo)
@@ -233,12 +298,37 @@ func Float(c cidrset.Count) float64 {
 // its error, and observes the duration of successful ones.
 func (m *Metrics) Allocated(ev allocator.AllocationEvent) {
 	scope := string(ev.Scope)
+	if ev.CIDR != "" {
+		m.count(ev.CIDR)
+		defer m.mu.RUnlock()
+	}
 	if ev.Err != nil {
 		m.errors.WithLabelValues(ev.CIDR, scope).Inc()
 		return
 	}
 	m.allocations.WithLabelValues(ev.CIDR, scope).Inc()
 	m.duration.WithLabelValues(ev.CIDR, scope).Observe(ev.Duration.Seconds())
+}
+
+// count counts an event for the CIDR name and returns holding m.mu
+// shared, so that no scrape prunes the name before the event's series are
+// written.
+func (m *Metrics) count(name string) {
+	for {
+		m.mu.RLock()
+		if n := m.seen[name]; n != nil {
+			n.Add(1)
+			return
+		}
+		m.mu.RUnlock()
+		m.mu.Lock()
+		if m.seen[name] == nil {
+			m.seen[name] = new(atomic.Uint64)
+		}
+		m.mu.Unlock()
+		// A scrape may prune the new entry before the read lock is taken
+		// again; the loop then adds it anew.
+	}
 }
 
 // RepairEvent implements repair.Observer: it counts the finding under its
