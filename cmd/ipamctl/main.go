@@ -26,8 +26,8 @@
 // Global flags, accepted anywhere on the line:
 //
 //	--db PATH            bbolt file (default ./ipam.db; created if missing
-//	                     only by cidr create, ip allocate and repair
-//	                     without --dry-run)
+//	                     or empty only by cidr create, ip allocate and
+//	                     repair without --dry-run)
 //	--lock-timeout D     wait at most D for another process's file lock
 //	                     (5s; not with --etcd)
 //	--etcd EP[,EP...]    etcd endpoints (host:port or URLs), instead of --db
@@ -327,8 +327,8 @@ Commands:
 
 Global flags, anywhere on the line:
   --db FILE             bbolt file (default ./ipam.db; created if missing
-                        only by cidr create, ip allocate and repair
-                        without --dry-run)
+                        or empty only by cidr create, ip allocate and
+                        repair without --dry-run)
   --lock-timeout D      wait at most D for another process's lock on FILE
                         (5s; not with --etcd)
   --etcd EP,...         etcd endpoints (host:port or https://host:port),
@@ -539,8 +539,16 @@ func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, access sto
 	path := spec.path
 	opts := []bolt.Option{bolt.WithLockTimeout(spec.lockTimeout)}
 	if access.mustExist {
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no store at %s (this command does not create one; check --db)", path)
+		}
+		// An empty file (touch, or a crash before bbolt's first write)
+		// holds no store either, but bbolt would make one of it, and these
+		// commands would answer "not found" from that. A file another
+		// ipamctl is creating is empty for a moment: refused then too.
+		if err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+			return nil, fmt.Errorf("no store at %s: the file is empty, not a netipam store (this command does not create one; check --db)", path)
 		}
 	}
 	if access.readOnly {

@@ -337,7 +337,7 @@ func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
 		}
 	}
 
-	// The commands that create a missing --db file are those neither
+	// The commands that create a missing (or empty) --db file are those neither
 	// mustExist nor readOnly, as the help, the package doc and the README
 	// name them.
 	var creators, quoted []string
@@ -358,9 +358,9 @@ func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, text := range map[string]string{"help": c.ok("help"), "the package doc": string(doc), "README.md": string(readme)} {
-		want := "created if missing only by " + and(creators) + " without --dry-run"
+		want := "created if missing or empty only by " + and(creators) + " without --dry-run"
 		if what == "README.md" {
-			want = "created if missing by " + and(quoted) + " (not `--dry-run`)"
+			want = "created if missing or empty by " + and(quoted) + " (not `--dry-run`)"
 		}
 		if !strings.Contains(words(text), want) {
 			t.Errorf("%s does not say %q", what, want)
