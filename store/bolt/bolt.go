@@ -113,7 +113,9 @@ func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockT
 func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
 // WithClock sets the clock that stamps Created (for tests); nil is
-// time.Now.
+// time.Now. A write reads it when called, before it waits for the file,
+// so a panic of the clock is its caller's panic: the store and the writes
+// of others go on, and it is not reported as a damaged file.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // WithMaxSize bounds the file at n bytes (default, or n <= 0: no bound).
@@ -241,6 +243,12 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 	}
 	return &Store{db: db, path: path, now: o.now, watchers: map[*watcher]struct{}{}}, nil
 }
+
+// clock reads the embedder's clock (WithClock) in Unix nanoseconds. Writes
+// read it before they queue, never inside a transaction: a panic of the
+// embedder's code then reaches its own caller, holding no lock and
+// failing no write queued with it, and guard never sees it.
+func (s *Store) clock() int64 { return s.now().UnixNano() }
 
 // lockRetry is how often Open tries the file lock again, as bbolt would.
 const lockRetry = 50 * time.Millisecond
@@ -635,11 +643,12 @@ func (s *Store) CreateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 		return cidrset.CIDR{}, err
 	}
 	c = c.Clone()
+	created := s.clock()
 	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
 		if tx.Bucket(bucketCIDRs).Get([]byte(c.Name)) != nil {
 			return nil, fmt.Errorf("CIDR %q: %w", c.Name, store.ErrExists)
 		}
-		c.Created = unixTime(s.now().UnixNano())
+		c.Created = unixTime(created)
 		c.Revision = rev
 		if err := putCIDR(tx, c); err != nil {
 			return nil, err
@@ -755,6 +764,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		keys[i] = appendAddrKey(make([]byte, 0, addrKeyLen), r.Addr)
 	}
 	var out []ipaddress.IPAddress
+	now := s.clock()
 	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
 		addrs, owners := tx.Bucket(bucketAddrs), tx.Bucket(bucketOwners)
 		for i, r := range recs {
@@ -780,7 +790,6 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			}
 			evs = append(evs, store.Event{Kind: store.CIDRPut, Revision: rev, CIDR: c.Clone()})
 		}
-		now := s.now().UnixNano()
 		out = make([]ipaddress.IPAddress, len(recs))
 		for i, r := range recs {
 			// bbolt keeps keys and values until the commit: no buffer reuse.
@@ -905,6 +914,7 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, w
 	}
 	key := appendAddrKey(nil, rec.Addr)
 	var out ipaddress.IPAddress
+	now := s.clock()
 	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
 		cur, ok, err := getAddress(tx, rec.Addr, key)
 		switch {
@@ -919,7 +929,7 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, w
 			return nil, err
 		}
 		owners := tx.Bucket(bucketOwners)
-		v := addrValue{parent: rec.Parent, created: s.now().UnixNano(), rev: rev}
+		v := addrValue{parent: rec.Parent, created: now, rev: rev}
 		if err := tx.Bucket(bucketAddrs).Put(key, appendAddrValue(nil, v)); err != nil {
 			return nil, fmt.Errorf("bolt: storing address %s: %w", rec.Addr, err)
 		}
