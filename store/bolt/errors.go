@@ -3,6 +3,7 @@ package bolt
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -92,12 +93,15 @@ func formatKey(bucket string, k []byte) string {
 	return fmt.Sprintf("%x", k)
 }
 
-// guard runs fn, which uses bbolt, turning a panic into a *CorruptError
-// for the file at path. bbolt panics on a page it cannot make sense of (a
-// damaged file), and reading a file shorter than its pages say faults,
-// which SetPanicOnFault makes a panic too: an embedder, or an operator of
-// ipamctl, gets an error wrapping store.ErrCorrupt, not a crash. bbolt
-// rolls back the transaction a panic leaves before the panic reaches here.
+// guard runs fn, which uses bbolt, turning a panic raised by bbolt into a
+// *CorruptError for the file at path. bbolt panics on a page it cannot
+// make sense of (a damaged file), and reading a file shorter than its
+// pages say faults, which SetPanicOnFault makes a panic too: an embedder,
+// or an operator of ipamctl, gets an error wrapping store.ErrCorrupt, not
+// a crash. Any other panic goes on: calling a sound file damaged for a
+// bug, or for code of the embedder's, would send its reader to the wrong
+// place. bbolt rolls back the transaction a panic leaves before the panic
+// reaches here.
 func guard(path string, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -108,10 +112,48 @@ func guard(path string, fn func() error) (err error) {
 		what := fmt.Sprintf("bbolt: %v", r)
 		if _, fault := r.(interface{ Addr() uintptr }); fault {
 			what = "a read past its end: is it truncated?"
+		} else if !raisedByBbolt() {
+			panic(r) // the stack still holds where it was raised
 		}
 		err = &CorruptError{Err: fmt.Errorf("%s: damaged file (%s); \"bbolt check %s\" tells more", path, what, path)}
 	}()
 	return fn()
+}
+
+// raisedByBbolt tells, from a deferred function recovering a panic,
+// whether the code that raised it is bbolt's: the first frame past the
+// panic that is not the standard library's (a runtime check, a sort bbolt
+// called) is in bbolt's module.
+func raisedByBbolt() bool {
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs[:])])
+	panicking := false
+	for {
+		f, more := frames.Next()
+		if f.Function == "runtime.gopanic" {
+			panicking = true
+		} else if pkg := pkgPath(f.Function); panicking && strings.Contains(strings.SplitN(pkg, "/", 2)[0], ".") {
+			return pkg == "go.etcd.io/bbolt" || strings.HasPrefix(pkg, "go.etcd.io/bbolt/")
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// pkgPath is the import path of the function fn names, as
+// runtime.Frame.Function spells it: up to the first dot after the last
+// slash, type arguments aside. The standard library's have no dot in their
+// first element.
+func pkgPath(fn string) string {
+	if i := strings.IndexByte(fn, '['); i >= 0 {
+		fn = fn[:i]
+	}
+	slash := strings.LastIndexByte(fn, '/')
+	if dot := strings.IndexByte(fn[slash+1:], '.'); dot >= 0 {
+		return fn[:slash+1+dot]
+	}
+	return fn
 }
 
 // isNoSpace reports whether err says the file may not or cannot grow:
