@@ -3,11 +3,13 @@ package metrics_test
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
 )
 
@@ -207,5 +209,35 @@ func TestPruningLosesNoCountOfALiveCIDR(t *testing.T) {
 	}
 	if after := seriesOf(t, e.reg, "churn"); len(after) != 0 {
 		t.Errorf("series of the removed CIDR after the last scrape: %v", after)
+	}
+}
+
+// reversed is a UsageSource listing the allocator's CIDRs out of order.
+type reversed struct{ *allocator.Allocator }
+
+func (r reversed) CIDRs() []cidrset.CIDR {
+	cs := r.Allocator.CIDRs()
+	slices.Reverse(cs)
+	return cs
+}
+
+// A source need not sort its CIDRs: a scrape prunes none that it lists.
+func TestPruningTakesASourceInAnyOrder(t *testing.T) {
+	e := newEnv(t)
+	e.m.Track(reversed{e.a})
+	for i, name := range []string{"a", "b", "c"} {
+		if _, err := e.a.CreateCIDR(e.ctx, name, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 24)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.a.Allocate(e.ctx, netip.AddrFrom4([4]byte{10, byte(i), 0, 1}), svc(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		for _, name := range []string{"a", "b", "c"} {
+			if n := seriesOf(t, e.reg, name)["netipam_allocator_allocation_total"]; n != 1 {
+				t.Errorf("CIDR %s: %d allocation series, want 1", name, n)
+			}
+		}
 	}
 }

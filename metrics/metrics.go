@@ -29,24 +29,22 @@
 // repair counters by the repair package through Repairer.Observer. One
 // Metrics serves all three:
 //
+//	m := metrics.New()
+//	a, _ := allocator.New(ctx, st, allocator.WithObserver(m))
+//	m.Track(a)
+//	prometheus.MustRegister(m)
+//	r := &repair.Repairer{Allocator: a, Consumers: c, Observer: m}
+//
 // A CIDR removed from the store (not one Terminating) loses every series
 // labelled with it: the gauges at once, the per-CIDR counters and the
 // histogram at the first scrape after the tracked allocator has seen the
 // removal. So a CIDR created again under that name before that scrape
 // continues the old counts. Without a tracked source (Track) nothing is
 // known to be removed, and the counters keep every CIDR they have seen.
-//
-//	m := metrics.New()
-//	a, _ := allocator.New(ctx, st, allocator.WithObserver(m))
-//	m.Track(a)
-//	prometheus.MustRegister(m)
-//	r := &repair.Repairer{Allocator: a, Consumers: c, Observer: m}
 package metrics
 
 import (
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -196,9 +194,10 @@ func New(opts ...Option) *Metrics {
 // Track sets the source of the per-CIDR gauges, usually the allocator
 // this Metrics observes. It also tells which CIDRs have been removed, whose
 // counter series go (see the package doc), so it should be that allocator:
-// another one sharing the store may not have seen a CIDR created yet. Until it is called the gauges are not exposed;
-// nil, or a nil *allocator.Allocator (from a New that failed), removes
-// the source rather than fail every scrape.
+// another one sharing the store may not have seen a CIDR created yet.
+// Until it is called the gauges are not exposed; nil, or a nil
+// *allocator.Allocator (from a New that failed), removes the source rather
+// than fail every scrape.
 func (m *Metrics) Track(src UsageSource) {
 	if a, ok := src.(*allocator.Allocator); src == nil || ok && a == nil {
 		m.source.Store(nil)
@@ -251,6 +250,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.reconcileErrors.Collect(ch)
 }
 
+// seenCounts returns the count of events of every CIDR name seen.
 func (m *Metrics) seenCounts() map[string]uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -266,9 +266,14 @@ func (m *Metrics) seenCounts() map[string]uint64 {
 // since before was taken: that may be a CIDR of the name created again,
 // left for the next scrape to judge.
 func (m *Metrics) prune(before map[string]uint64, live []cidrset.CIDR) {
-	gone := make([]string, 0, len(before))
+	// A set, not a search: a UsageSource need not sort its CIDRs.
+	names := make(map[string]bool, len(live))
+	for _, c := range live {
+		names[c.Name] = true
+	}
+	var gone []string
 	for name := range before {
-		if _, found := slices.BinarySearchFunc(live, name, func(c cidrset.CIDR, n string) int { return strings.Compare(c.Name, n) }); !found {
+		if !names[name] {
 			gone = append(gone, name)
 		}
 	}
