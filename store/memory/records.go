@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/netipam/netipam/internal/prefetch"
+	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
 )
 
@@ -348,12 +349,10 @@ func (r *records) prefetchAddr(a netip.Addr) {
 		return
 	}
 	var h uint64
-	if a.Is4() {
-		k := a.As4()
-		h = r.addrHash4(uint64(binary.BigEndian.Uint32(k[:])))
+	if x := u128.FromAddr(a); a.Is4() {
+		h = r.addrHash4(x.Lo)
 	} else {
-		k := a.As16()
-		h = r.addrHash16(binary.BigEndian.Uint64(k[:8]), binary.BigEndian.Uint64(k[8:]))
+		h = r.addrHash16(x.Hi, x.Lo)
 	}
 	t.prefetchGroup(r.home(t, h))
 }
@@ -372,8 +371,7 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
 	}
-	hdr, kb, kn := entryKey(a, sid)
-	key := kb[:kn]
+	hdr, key := entryKey(a, sid)
 	// Room first: a growth may read every entry in the arena, and this one
 	// is not in the tables yet.
 	t := r.table(a)
@@ -385,7 +383,7 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 	}
 	r.scopeLive[sid]++
 	if h == 0 { // or a hash that is 0 indeed: worked out again, the same
-		h = r.addrHash(key)
+		h = r.keyHash(key)
 	}
 	r.insert(t, h, off)
 	if r.ownersIndexed {
@@ -395,15 +393,39 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 }
 
 // entryKey returns the header of an entry of scope sid for address a, and
-// the address as the entry stores it: the first n bytes of key.
-func entryKey(a netip.Addr, sid uint32) (hdr uint64, key [16]byte, n int) {
-	// As16, unlike As4, has no panic to prepare for: this inlines.
-	key = a.As16()
+// the address as the entry stores it.
+func entryKey(a netip.Addr, sid uint32) (hdr uint64, key addrKey) {
+	x := u128.FromAddr(a)
 	if a.Is4() {
-		copy(key[:4], key[12:])
-		return uint64(sid) << 1, key, 4
+		return uint64(sid) << 1, addrKey{lo: x.Lo, n: 4}
 	}
-	return uint64(sid)<<1 | 1, key, 16
+	return uint64(sid)<<1 | 1, addrKey{hi: x.Hi, lo: x.Lo, n: 16}
+}
+
+// addrKey is an address as an entry stores it, its n bytes (4 for IPv4,
+// 16 for IPv6) in network order, held as the words they make: hi and lo,
+// IPv4 in the low 32 bits of lo. Words, not an array of bytes: an array
+// written a word at a time and then copied whole is a load its stores
+// cannot forward to, which waits for them to reach the cache.
+type addrKey struct {
+	hi, lo uint64
+	n      int
+}
+
+// appendTo appends the key's n bytes to b.
+func (k addrKey) appendTo(b []byte) []byte {
+	if k.n == 4 {
+		return binary.BigEndian.AppendUint32(b, uint32(k.lo))
+	}
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(b, k.hi), k.lo)
+}
+
+// keyHash is addrHash of k's bytes.
+func (r *records) keyHash(k addrKey) uint64 {
+	if k.n == 4 {
+		return r.addrHash4(k.lo)
+	}
+	return r.addrHash16(k.hi, k.lo)
 }
 
 // replace gives the record of a, which exists, the owner p, created and
@@ -411,8 +433,8 @@ func entryKey(a netip.Addr, sid uint32) (hdr uint64, key [16]byte, n int) {
 // arena refuses the change (false) with the old record as it was.
 func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
 	k := r.ownerKeyOf(p)
-	hdr, kb, kn := entryKey(a, k.sid)
-	off, ok := r.arena.add(hdr, kb[:kn], uint64(rev), uint32(created)-r.base, p.Name)
+	hdr, key := entryKey(a, k.sid)
+	off, ok := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, p.Name)
 	if !ok {
 		r.scopeEmptied(k.sid)
 		return false
@@ -1151,7 +1173,9 @@ func (r *records) findHashed(t *offTable, a netip.Addr) (int, uint64) {
 	// The address as two words, compared with an entry's key in place of
 	// its bytes: no copy of the key, and no call to compare them. The
 	// table of a family holds entries of that family only.
-	var hi, lo, h uint64
+	var h uint64
+	x := u128.FromAddr(a) // the key's words, as entryKey makes them
+	hi, lo := x.Hi, x.Lo
 	is6 := !a.Is4()
 	if is6 {
 		// No record has an address CreateAddresses refuses, and the key
@@ -1160,12 +1184,8 @@ func (r *records) findHashed(t *offTable, a netip.Addr) (int, uint64) {
 		if !a.IsValid() || a.Zone() != "" {
 			return -1, 0
 		}
-		k := a.As16()
-		hi, lo = binary.BigEndian.Uint64(k[:8]), binary.BigEndian.Uint64(k[8:])
 		h = r.addrHash16(hi, lo)
 	} else {
-		k := a.As4()
-		lo = uint64(binary.BigEndian.Uint32(k[:]))
 		h = r.addrHash4(lo)
 	}
 	g, f := r.home(t, h), fragment(h)
@@ -1351,16 +1371,10 @@ func (a *arena) alloc(size int) (int, int, bool) {
 
 // add stores an entry and returns its offset, or false if the arena is
 // full.
-func (a *arena) add(hdr uint64, key []byte, rev uint64, created uint32, name string) (uint32, bool) {
+func (a *arena) add(hdr uint64, key addrKey, rev uint64, created uint32, name string) (uint32, bool) {
 	var buf [64]byte // most entries fit: no allocation
 	b := binary.AppendUvarint(buf[:0], hdr)
-	// The key as words, not a call to copy 4 or 16 bytes.
-	if len(key) == 4 {
-		b = binary.LittleEndian.AppendUint32(b, binary.LittleEndian.Uint32(key))
-	} else {
-		b = binary.LittleEndian.AppendUint64(b, binary.LittleEndian.Uint64(key[:8]))
-		b = binary.LittleEndian.AppendUint64(b, binary.LittleEndian.Uint64(key[8:16]))
-	}
+	b = key.appendTo(b)
 	b = binary.AppendUvarint(b, rev)
 	b = binary.AppendUvarint(b, uint64(created))
 	b = binary.AppendUvarint(b, uint64(len(name)))

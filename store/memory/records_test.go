@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -520,7 +521,13 @@ func TestEntryDecodersAgree(t *testing.T) {
 		rev := rapid.Uint64().Draw(t, "rev")
 		created := rapid.Uint32().Draw(t, "created")
 		name := strings.Repeat("n", rapid.IntRange(0, 300).Draw(t, "nameLen"))
-		off, ok := a.add(hdr, key, rev, created, name)
+		k := addrKey{n: len(key)}
+		if v6 {
+			k.hi, k.lo = binary.BigEndian.Uint64(key[:8]), binary.BigEndian.Uint64(key[8:])
+		} else {
+			k.lo = uint64(binary.BigEndian.Uint32(key))
+		}
+		off, ok := a.add(hdr, k, rev, created, name)
 		if !ok {
 			t.Fatal("add refused an entry below the limit")
 		}

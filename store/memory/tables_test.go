@@ -48,8 +48,8 @@ func TestTablesWrapAndCountOverflows(t *testing.T) {
 		}
 		var addrs []netip.Addr
 		for _, i := range pick(func(i int) int {
-			_, kb, kn := entryKey(benchAddr(v6, i), 0)
-			return r.home(tb, r.addrHash(kb[:kn]))
+			_, k := entryKey(benchAddr(v6, i), 0)
+			return r.home(tb, r.keyHash(k))
 		}) {
 			addrs = append(addrs, benchAddr(v6, i))
 		}
