@@ -492,7 +492,14 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	}
 	a.addressChangedLocked(store.AddressPut, c.addr)
 	a.advanceLocked(rev)
-	*out = ipaddress.IPAddress{Addr: c.addr, Parent: owner, Created: created, Revision: rev}
+	// Field by field: a record built aside and then copied whole is read
+	// back in 16-byte blocks, each spanning stores of 8 bytes that cannot
+	// be forwarded to it, and the processor waits for them to reach the
+	// cache.
+	out.Addr = c.addr
+	out.Parent = owner
+	out.Created = created
+	out.Revision = rev
 	a.mu.Unlock()
 	return true, nil
 }
@@ -532,7 +539,9 @@ func (a *Allocator) ownerValidLocked(owner ipaddress.ParentRef) bool {
 		}
 		*s = ipaddress.ParentRef{Group: owner.Group, Resource: owner.Resource, Namespace: owner.Namespace}
 	}
-	return owner.ValidateName() == nil
+	// The name alone: owner.ValidateName() had owner copied whole as a
+	// block from the 8-byte stores that spilled it, which waits for them.
+	return ipaddress.ParentRef{Name: owner.Name}.ValidateName() == nil
 }
 
 // request is one address of an allocation: addr for static, else family.
