@@ -1370,27 +1370,46 @@ func (a *arena) alloc(size int) (int, int, bool) {
 }
 
 // add stores an entry and returns its offset, or false if the arena is
-// full.
+// full. The entry is encoded where it goes, its size worked out first: an
+// entry built aside and then copied is read back in blocks of 16 bytes
+// from the byte-and-word stores that just made it, loads the processor
+// cannot forward from them, and it waits for them to reach the cache.
 func (a *arena) add(hdr uint64, key addrKey, rev uint64, created uint32, name string) (uint32, bool) {
-	var buf [64]byte // most entries fit: no allocation
-	b := binary.AppendUvarint(buf[:0], hdr)
+	size := uvarintSize(hdr) + key.n + uvarintSize(rev) + uvarintSize(uint64(created)) +
+		uvarintSize(uint64(len(name))) + len(name)
+	var off uint32
+	var dst []byte
+	if size < len(a.free) {
+		if list := a.free[size]; len(list) > 0 {
+			off = list[len(list)-1]
+			a.free[size] = list[:len(list)-1]
+			a.waste -= size
+			a.live += size
+			dst = a.bytes(off)[:0:size]
+		}
+	}
+	if dst == nil {
+		ci, pos, ok := a.alloc(size)
+		if !ok {
+			return 0, false
+		}
+		c := a.chunks[ci][:pos+size]
+		a.chunks[ci] = c
+		dst = c[pos:pos:len(c)]
+		off = uint32(ci)<<chunkBits | uint32(pos)
+	}
+	// dst has room for exactly size bytes: the appends write into it.
+	b := binary.AppendUvarint(dst, hdr)
 	b = key.appendTo(b)
 	b = binary.AppendUvarint(b, rev)
 	b = binary.AppendUvarint(b, uint64(created))
 	b = binary.AppendUvarint(b, uint64(len(name)))
-	b = append(b, name...)
-	if size := len(b); size < len(a.free) {
-		if list := a.free[size]; len(list) > 0 {
-			off := list[len(list)-1]
-			a.free[size] = list[:len(list)-1]
-			copy(a.bytes(off), b)
-			a.waste -= size
-			a.live += size
-			return off, true
-		}
-	}
-	return a.addRaw(b)
+	_ = append(b, name...)
+	return off, true
 }
+
+// uvarintSize is the length of x's unsigned varint encoding.
+func uvarintSize(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 func (a *arena) addRaw(b []byte) (uint32, bool) {
 	ci, pos, ok := a.alloc(len(b))

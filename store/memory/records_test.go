@@ -1002,3 +1002,15 @@ func TestWithOwnerIndexKeepsTheIndexFromTheStart(t *testing.T) {
 		}
 	}
 }
+
+// uvarintSize is the length binary.AppendUvarint writes, at every bit
+// length and both ends of it.
+func TestUvarintSizeIsTheEncodedLength(t *testing.T) {
+	for shift := range 64 {
+		for _, x := range []uint64{1 << shift, 1<<shift - 1, 1<<shift + 1, ^uint64(0) >> shift} {
+			if got, want := uvarintSize(x), len(binary.AppendUvarint(nil, x)); got != want {
+				t.Fatalf("uvarintSize(%#x) = %d, want %d", x, got, want)
+			}
+		}
+	}
+}
