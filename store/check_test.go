@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 
@@ -166,5 +167,111 @@ func TestCheckCIDRAndValidateDifferOnlyAsDocumented(t *testing.T) {
 			c.Prefixes = rapid.SliceOfN(prefix, n, n).Draw(t, "prefixes")
 		}
 		checkAgreement(t, c)
+	})
+}
+
+// ownerStorable reports whether a store can keep p, by the rules of
+// CheckOwner's doc comment, written out here apart from it.
+func ownerStorable(p ipaddress.ParentRef) bool {
+	fields := []string{p.Group, p.Resource, p.Namespace, p.Name}
+	n := 0
+	for _, f := range fields {
+		n += len(f)
+		for i := 0; i < len(f); {
+			r, size := utf8.DecodeRuneInString(f[i:])
+			if r == utf8.RuneError && size == 1 {
+				return false
+			}
+			i += size
+		}
+	}
+	return n <= store.MaxOwnerLen
+}
+
+// checkOwnerAgreement fails unless CheckOwner takes exactly the storable
+// owners, with an *ipaddress.FieldError on one of them otherwise, and
+// takes every owner ParentRef.Validate takes.
+func checkOwnerAgreement(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, p ipaddress.ParentRef) {
+	t.Helper()
+	err := store.CheckOwner(p)
+	if want := ownerStorable(p); (err == nil) != want {
+		t.Fatalf("%.200q: CheckOwner says %v, want storable=%v", p, err, want)
+	}
+	if p.Validate() == nil && err != nil {
+		t.Fatalf("%.200q: Validate takes it, CheckOwner refuses it: %v", p, err)
+	}
+	if err == nil {
+		return
+	}
+	var fe *ipaddress.FieldError
+	if !errors.Is(err, ipaddress.ErrInvalid) || !errors.As(err, &fe) {
+		t.Fatalf("%.200q: %v is not an *ipaddress.FieldError matching ErrInvalid", p, err)
+	}
+	fields := map[string]string{"spec.parentRef.group": p.Group, "spec.parentRef.resource": p.Resource, "spec.parentRef.namespace": p.Namespace, "spec.parentRef.name": p.Name}
+	if v, ok := fields[fe.Field]; ok && (v != fe.Value || utf8.ValidString(v)) {
+		t.Fatalf("%.200q: %v names %s, which holds %.200q", p, err, fe.Field, v)
+	} else if !ok && fe.Field != "spec.parentRef" {
+		t.Fatalf("%.200q: %v names field %q", p, err, fe.Field)
+	}
+}
+
+// The limits exactly, however the bytes are split among the fields, and
+// bytes that are text but no name (NUL, controls, "/", non-ASCII).
+func TestCheckOwnerAtItsLimits(t *testing.T) {
+	n := func(k int) string { return strings.Repeat("n", k) }
+	for _, tc := range []struct {
+		p      ipaddress.ParentRef
+		stored bool
+	}{
+		{ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"}, true},
+		{ipaddress.ParentRef{}, true},
+		{ipaddress.ParentRef{Group: "\x00", Resource: "\x1b[2J", Namespace: "a/b", Name: "é\u2028\U0001F600"}, true},
+		{ipaddress.ParentRef{Name: n(store.MaxOwnerLen)}, true},
+		{ipaddress.ParentRef{Group: n(store.MaxOwnerLen)}, true},
+		{ipaddress.ParentRef{Group: n(128), Resource: n(128), Namespace: n(128), Name: n(store.MaxOwnerLen - 384)}, true},
+		{ipaddress.ParentRef{Name: n(store.MaxOwnerLen + 1)}, false},
+		{ipaddress.ParentRef{Namespace: n(store.MaxOwnerLen + 1)}, false},
+		{ipaddress.ParentRef{Group: "g", Name: n(store.MaxOwnerLen)}, false},
+		{ipaddress.ParentRef{Group: n(128), Resource: n(128), Namespace: n(128), Name: n(store.MaxOwnerLen - 383)}, false},
+		{ipaddress.ParentRef{Group: "\xff", Resource: "services", Name: "a"}, false},
+		{ipaddress.ParentRef{Resource: "services", Name: "\xc3"}, false},                         // cut short
+		{ipaddress.ParentRef{Resource: "services", Namespace: "\xed\xa0\x80", Name: "a"}, false}, // a surrogate
+		{ipaddress.ParentRef{Resource: "\xc0\x80", Name: "a"}, false},                            // NUL, overlong
+	} {
+		if got := store.CheckOwner(tc.p) == nil; got != tc.stored {
+			t.Errorf("CheckOwner(%.80q) takes it: %v, want %v", tc.p, got, tc.stored)
+		}
+		checkOwnerAgreement(t, tc.p)
+	}
+	err := store.CheckOwner(ipaddress.ParentRef{Resource: "services", Namespace: "\xff", Name: "\xff"})
+	if fe := ipaddress.FieldErrors(err); len(fe) != 1 || fe[0].Field != "spec.parentRef.namespace" {
+		t.Errorf("two fields not UTF-8: %v, want the first named", err)
+	}
+}
+
+// The same over generated owners: valid names, bytes of any kind, and
+// lengths around the limit.
+func TestCheckOwnerTakesWhatValidateTakesAndAllStorableText(t *testing.T) {
+	field := rapid.Custom(func(t *rapid.T) string {
+		switch rapid.IntRange(0, 5).Draw(t, "kind") {
+		case 0:
+			return ""
+		case 1:
+			return rapid.StringMatching(`[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?`).Draw(t, "name")
+		case 2:
+			return rapid.String().Draw(t, "text")
+		case 3:
+			return string(rapid.SliceOf(rapid.Byte()).Draw(t, "bytes"))
+		case 4:
+			return strings.Repeat("x", rapid.IntRange(store.MaxOwnerLen-600, store.MaxOwnerLen+1).Draw(t, "long"))
+		}
+		return rapid.SampledFrom([]string{"\xff", "a\xc3", "\xed\xa0\x80", "\x00", "/", "é"}).Draw(t, "odd")
+	})
+	rapid.Check(t, func(t *rapid.T) {
+		p := ipaddress.ParentRef{Group: field.Draw(t, "group"), Resource: field.Draw(t, "resource"), Namespace: field.Draw(t, "namespace"), Name: field.Draw(t, "name")}
+		checkOwnerAgreement(t, p)
 	})
 }

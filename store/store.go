@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -163,6 +164,55 @@ func CheckCIDRName(name string) error {
 	return nil
 }
 
+// MaxOwnerLen is the most bytes an owner of a stored record (its
+// ipaddress.ParentRef) may have, Group, Resource, Namespace and Name
+// together, the same for every store so that what one stores any other
+// can. It is the tightest store's: store/bolt keys its owner index by the
+// four fields, each after its length as a varint, and the address, and a
+// bbolt key holds at most 32 KiB; 32742 bytes fit however they are split
+// among the fields. ParentRef.Validate, which the allocator applies,
+// allows 632 (two names of 253 bytes, two labels of 63).
+const MaxOwnerLen = 32742
+
+// CheckOwner reports whether p can own a stored record: its fields may
+// have at most MaxOwnerLen bytes together, and each must be valid UTF-8,
+// as the etcd store keeps records as JSON, which holds text only (bytes
+// that are not UTF-8 would be read back as U+FFFD, another owner). Any
+// other bytes are kept, NUL and control characters included, and empty
+// fields too, and read back unchanged. Every store refuses what CheckOwner
+// refuses, with its error, before it writes anything.
+//
+// Like CheckCIDR beside cidrset.Validate, it is not
+// ipaddress.ParentRef.Validate, the allocator's rule of what may be
+// created: every owner Validate takes, CheckOwner takes, and a store
+// keeps records of owners Validate refuses (written before a rule
+// tightened, or by another writer), so that they can still be found,
+// released and repaired. The error is an *ipaddress.FieldError: for the
+// whole owner ("spec.parentRef") if it is too long, else for the first
+// field that is not UTF-8 ("spec.parentRef.group", ".resource",
+// ".namespace", ".name").
+func CheckOwner(p ipaddress.ParentRef) error {
+	if n := len(p.Group) + len(p.Resource) + len(p.Namespace) + len(p.Name); n > MaxOwnerLen {
+		return &ipaddress.FieldError{Field: "spec.parentRef", Value: p.String(), Detail: fmt.Sprintf("%d bytes in group, resource, namespace and name: at most %d can be stored", n, MaxOwnerLen)}
+	}
+	// Field by field, not in a loop: this runs on every allocation.
+	switch {
+	case !utf8.ValidString(p.Group):
+		return notUTF8("group", p.Group)
+	case !utf8.ValidString(p.Resource):
+		return notUTF8("resource", p.Resource)
+	case !utf8.ValidString(p.Namespace):
+		return notUTF8("namespace", p.Namespace)
+	case !utf8.ValidString(p.Name):
+		return notUTF8("name", p.Name)
+	}
+	return nil
+}
+
+func notUTF8(field, value string) error {
+	return &ipaddress.FieldError{Field: "spec.parentRef." + field, Value: value, Detail: "must be valid UTF-8 to be stored"}
+}
+
 // Fence is a condition of a write: the CIDR named must still exist with
 // exactly this revision. An allocator fences every address creation on the
 // CIDR it allocated from, so marking a CIDR Terminating (which changes its
@@ -212,9 +262,10 @@ type Store interface {
 	// CreateAddresses stores all records or none: an *AddressExistsError
 	// if any address is held, an *FencedError if a fence fails, an error
 	// matching ipaddress.ErrInvalid for an address that is not storable
-	// (zero, zoned, IPv4-mapped). It returns the records with Created and
-	// Revision set (one revision for the whole batch); it may set them in
-	// recs itself and return it. A batch of no records, with no touching
+	// (zero, zoned, IPv4-mapped) or an owner CheckOwner refuses (its
+	// error), whichever record of the batch has it. It returns the
+	// records with Created and Revision set (one revision for the whole
+	// batch); it may set them in recs itself and return it. A batch of no records, with no touching
 	// fence, writes nothing: it checks the fences and takes no revision
 	// (a revision that no watcher is told of could not be waited for).
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
@@ -232,8 +283,9 @@ type Store interface {
 	// throughout, so no allocation can take it between the old owner and
 	// the new (repair hands a wrongly owned address to its consumer so).
 	// ErrConflict if the record was replaced since, ErrNotFound if it is
-	// gone. The new record has a new revision and creation time; watchers
-	// see one AddressPut of an address they know as held.
+	// gone; CheckOwner's error if it refuses rec.Parent, and then nothing
+	// is written. The new record has a new revision and creation time;
+	// watchers see one AddressPut of an address they know as held.
 	ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, rev int64) (ipaddress.IPAddress, error)
 	// GetAddress returns the record of addr. GetAddress, DeleteAddress and
 	// DeleteAddressAt return ErrNotFound for an address CreateAddresses
@@ -243,8 +295,9 @@ type Store interface {
 	// (IPv4 first), through an index.
 	//
 	// owner is not validated, as no owner of a record is: a store holds
-	// what it is given, and ipaddress.ParentRef.Validate is the
-	// allocator's to apply (as cidrset.Validate is, beside CheckCIDR).
+	// what it is given within CheckOwner's limits, and
+	// ipaddress.ParentRef.Validate is the allocator's to apply (as
+	// cidrset.Validate is, beside CheckCIDR).
 	// Any owner is looked up field for field, so a record written past
 	// the allocator for an owner it would refuse is still found, and two
 	// owners that print alike stay apart. An owner no record has, one
