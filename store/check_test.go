@@ -240,6 +240,10 @@ func TestCheckOwnerAtItsLimits(t *testing.T) {
 		{ipaddress.ParentRef{Resource: "services", Name: "\xc3"}, false},                         // cut short
 		{ipaddress.ParentRef{Resource: "services", Namespace: "\xed\xa0\x80", Name: "a"}, false}, // a surrogate
 		{ipaddress.ParentRef{Resource: "\xc0\x80", Name: "a"}, false},                            // NUL, overlong
+		// Past the first eight bytes, which a fast path reads at once.
+		{ipaddress.ParentRef{Resource: "services", Name: "abcdefghijklmn\xff"}, false},
+		{ipaddress.ParentRef{Resource: "services", Namespace: "abcdefg\x80", Name: "a"}, false},
+		{ipaddress.ParentRef{Resource: "services", Name: "abcdefghijklmné"}, true},
 	} {
 		if got := store.CheckOwner(tc.p) == nil; got != tc.stored {
 			t.Errorf("CheckOwner(%.80q) takes it: %v, want %v", tc.p, got, tc.stored)
