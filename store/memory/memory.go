@@ -371,6 +371,9 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 		if err := ipaddress.ValidateAddr(addr); err != nil {
 			return nil, err
 		}
+		if err := store.CheckOwner(recs[i].Parent); err != nil {
+			return nil, err
+		}
 		if s.addrs.has(addr) {
 			return nil, &store.AddressExistsError{Addr: addr}
 		}
@@ -430,6 +433,9 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 		return 0, time.Time{}, store.ErrClosed
 	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
+		return 0, time.Time{}, err
+	}
+	if err := store.CheckOwner(owner); err != nil {
 		return 0, time.Time{}, err
 	}
 	// A refused write interns nothing: look the owner's scope up only.
@@ -556,6 +562,9 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, r
 		return ipaddress.IPAddress{}, err
 	}
 	defer s.mu.Unlock()
+	if err := store.CheckOwner(rec.Parent); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
 	cur, ok := s.addrs.get(rec.Addr)
 	if !ok {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
