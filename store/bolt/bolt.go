@@ -34,7 +34,11 @@
 // An owner is encoded as its four fields Group, Resource, Namespace and
 // Name, in that order, each as a uvarint length followed by its bytes. The
 // encoding is self-delimiting, so no owner's encoding is a prefix of
-// another's, and AddressesOf is a prefix scan of the owner index.
+// another's, and AddressesOf is a prefix scan of the owner index. The
+// key of every owner store.CheckOwner takes fits a bbolt key. Files
+// written before this store applied it may hold a few owners it refuses
+// (not UTF-8, or up to 3 bytes longer): they are read, found and deleted
+// like any other.
 //
 // # Values (value version 1)
 //
@@ -748,7 +752,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
 			return nil, err
 		}
-		if err := checkOwner(r.Parent); err != nil {
+		if err := store.CheckOwner(r.Parent); err != nil {
 			return nil, err
 		}
 		// Before the write lock, and linear in the batch.
@@ -909,7 +913,7 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, w
 	if checkAddr(rec.Addr) != nil {
 		return ipaddress.IPAddress{}, fmt.Errorf("address %s: %w", rec.Addr, store.ErrNotFound)
 	}
-	if err := checkOwner(rec.Parent); err != nil {
+	if err := store.CheckOwner(rec.Parent); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
 	key := appendAddrKey(nil, rec.Addr)

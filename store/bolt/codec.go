@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/netip"
 	"time"
-	"unicode/utf8"
 
 	"go.etcd.io/bbolt"
 
@@ -54,6 +53,19 @@ const flagTerminating = 1
 const (
 	_ = uint8(store.MaxCIDRPrefixes)
 	_ = uint(bbolt.MaxKeySize - store.MaxCIDRNameLen)
+)
+
+// The limit store.CheckOwner puts on every store's owners is this file's
+// too: an owner-index key is the four fields, each after its length as a
+// uvarint, and an address key, and a bbolt key holds at most
+// bbolt.MaxKeySize bytes. In fields of store.MaxOwnerLen bytes in all, a
+// length takes at most three uvarint bytes, and at most one length takes
+// three (two would count 2<<14 bytes), so the longest key fits: each line
+// fails to compile if one of these stops being so.
+const (
+	_ = uint(1<<21 - 1 - store.MaxOwnerLen)
+	_ = uint(2<<14 - 1 - store.MaxOwnerLen)
+	_ = uint(bbolt.MaxKeySize - (store.MaxOwnerLen + 3 + 2 + 2 + 2 + addrKeyLen))
 )
 
 // corrupt returns an error wrapping store.ErrCorrupt for a decoder.
@@ -139,33 +151,8 @@ func readOwner(b []byte) (ipaddress.ParentRef, []byte, error) {
 }
 
 // appendOwnerKey appends the owner-index key of (p, a): the owner encoding,
-// then the address key.
-// checkOwner refuses an owner whose owner-index key bbolt would refuse
-// (past bbolt.MaxKeySize), before anything is written.
-func checkOwner(p ipaddress.ParentRef) error {
-	n := addrKeyLen
-	for _, s := range [4]string{p.Group, p.Resource, p.Namespace, p.Name} {
-		n += binary.MaxVarintLen64 + len(s)
-	}
-	if n <= bbolt.MaxKeySize || len(appendOwnerKey(nil, p, netip.IPv6Unspecified())) <= bbolt.MaxKeySize {
-		return nil
-	}
-	return &ipaddress.FieldError{Field: "spec.parentRef", Value: shorten(p.String()), Detail: fmt.Sprintf("at most %d bytes can be stored", bbolt.MaxKeySize)}
-}
-
-// shorten cuts s for an error message, at a rune boundary.
-func shorten(s string) string {
-	const keep = 64
-	if len(s) <= keep {
-		return s
-	}
-	i := keep
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
+// then the address key. p must pass store.CheckOwner, which holds the key
+// to bbolt's limit (see the constants below).
 func appendOwnerKey(dst []byte, p ipaddress.ParentRef, a netip.Addr) []byte {
 	return appendAddrKey(appendOwner(dst, p), a)
 }

@@ -68,7 +68,7 @@ func FuzzCIDREncodeDecode(f *testing.F) {
 }
 
 // FuzzAddressEncodeDecode: every record CreateAddresses lets the store
-// write (a storable address, an owner checkOwner takes, whatever its bytes)
+// write (a storable address, an owner store.CheckOwner takes)
 // is read back as it was, from its value and from its owner-index key,
 // and the index key sorts with the owner's other keys in address order.
 func FuzzAddressEncodeDecode(f *testing.F) {
@@ -87,7 +87,7 @@ func FuzzAddressEncodeDecode(f *testing.F) {
 		default:
 			return
 		}
-		if ipaddress.ValidateAddr(a) != nil || checkAddr(a) != nil || checkOwner(p) != nil || rev < 1 {
+		if ipaddress.ValidateAddr(a) != nil || checkAddr(a) != nil || store.CheckOwner(p) != nil || rev < 1 {
 			return
 		}
 		v := addrValue{parent: p, created: created, rev: rev}
