@@ -24,12 +24,14 @@
 //	CIDR:    {"v":1,"prefixes":["10.96.0.0/28"],"terminating":true,"created":<Unix ns>}
 //	address: {"v":2,"resource":"services","namespace":"default","name":"kubernetes","created":<Unix ns>}
 //
-// "terminating", "group" and "namespace" are left out when empty. Names and
-// addresses are keys, never values; revisions are etcd's: a CIDR's Revision
-// is its key's ModRevision, and so is a record's: the revision of the
-// transaction that created it, or of the ReplaceAddressAt that gave it to
-// its owner (nothing else writes a record's key). A key or value
-// this package cannot decode (garbage, a "v" it does not know) is reported
+// "terminating", "group" and "namespace" are left out when empty. A JSON
+// string holds UTF-8 text only: store.CheckOwner, which CreateAddresses
+// and ReplaceAddressAt apply, refuses an owner field of other bytes, which
+// would read back as U+FFFD. Names and addresses are keys, never values;
+// revisions are etcd's: a CIDR's Revision is its key's ModRevision, and
+// so is a record's: the revision of the transaction that created it, or
+// of the ReplaceAddressAt that gave it to its owner (nothing else writes a
+// record's key). A key or value this package cannot decode (garbage, a "v" it does not know) is reported
 // as a *CorruptError naming the key, which matches store.ErrCorrupt. So is
 // a value that is not byte for byte what this package writes for what it
 // holds (spaces, unknown or repeated keys, an escape json.Marshal does not
@@ -208,7 +210,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -748,10 +749,6 @@ func (s *Store) GetCIDR(ctx context.Context, name string) (cidrset.CIDR, error) 
 	return c, nil
 }
 
-func validOwner(o ipaddress.ParentRef) bool {
-	return utf8.ValidString(o.Group) && utf8.ValidString(o.Resource) && utf8.ValidString(o.Namespace) && utf8.ValidString(o.Name)
-}
-
 // CreateAddresses implements store.Store. Once its transaction is sent, it
 // waits for the answer even if ctx ends meanwhile, for at most 5 s more,
 // so that a create etcd applied is reported as done; when the answer is
@@ -769,10 +766,10 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
 			return nil, err
 		}
-		if !validOwner(r.Parent) {
-			// JSON would replace the invalid bytes: the record would not
-			// name the owner it was created for.
-			return nil, &ipaddress.FieldError{Field: "spec.parentRef", Value: r.Parent.String(), Detail: "must be valid UTF-8 to be stored in etcd"}
+		// JSON would read bytes that are not UTF-8 back as U+FFFD: the
+		// record would not name the owner it was created for.
+		if err := store.CheckOwner(r.Parent); err != nil {
+			return nil, err
 		}
 		for _, prev := range recs[:i] {
 			if prev.Addr == r.Addr {
@@ -1033,8 +1030,8 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, r
 	if err := noRecord(rec.Addr); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	if !validOwner(rec.Parent) {
-		return ipaddress.IPAddress{}, &ipaddress.FieldError{Field: "spec.parentRef", Value: rec.Parent.String(), Detail: "must be valid UTF-8 to be stored in etcd"}
+	if err := store.CheckOwner(rec.Parent); err != nil {
+		return ipaddress.IPAddress{}, err
 	}
 	key := s.addrKey(rec.Addr)
 	resp, err := s.cli.Get(ctx, key)

@@ -76,8 +76,8 @@ func FuzzCIDREncodeDecode(f *testing.F) {
 	})
 }
 
-// FuzzRecordEncodeDecode: every record CreateAddresses accepts (owner of
-// valid UTF-8) is read back with the same owner and creation time, in
+// FuzzRecordEncodeDecode: every record CreateAddresses accepts (an owner
+// store.CheckOwner takes) is read back with the same owner and creation time, in
 // every version a record is written with, and the fast decoder reads what
 // encoding/json reads.
 func FuzzRecordEncodeDecode(f *testing.F) {
@@ -87,7 +87,7 @@ func FuzzRecordEncodeDecode(f *testing.F) {
 	f.Add("\u2028", "é", "\x7f", "\x01", int64(9223372036854775807), uint8(2))
 	f.Fuzz(func(t *testing.T, group, resource, namespace, name string, created int64, version uint8) {
 		p := ipaddress.ParentRef{Group: group, Resource: resource, Namespace: namespace, Name: name}
-		if !validOwner(p) {
+		if store.CheckOwner(p) != nil {
 			return
 		}
 		v := []int{legacyRecordVersion, recordVersion, replacedRecordVersion}[int(version)%3]
