@@ -1,7 +1,10 @@
 package storetest
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -178,4 +181,233 @@ func manyPrefixes(n int) []netip.Prefix {
 		ps[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
 	}
 	return ps
+}
+
+// ownersAtLimits are owners of store.MaxOwnerLen bytes, split among the
+// fields as the stores' encodings find hardest, named for messages (an
+// owner is 32 KiB to print).
+func ownersAtLimits() map[string]ipaddress.ParentRef {
+	n := func(k int) string { return strings.Repeat("n", k) }
+	// Text JSON escapes, most of it six bytes for one: the largest value
+	// the etcd store writes for an owner.
+	odd := "\x00\"\\<>&/%\u2028\u2029é\U0001F600\x7f"
+	escaped := odd + strings.Repeat("\x01", store.MaxOwnerLen-len("servicesdefault")-len(odd))
+	return map[string]ipaddress.ParentRef{
+		"all in group":     {Group: n(store.MaxOwnerLen)},
+		"all in resource":  {Resource: n(store.MaxOwnerLen)},
+		"all in namespace": {Namespace: n(store.MaxOwnerLen)},
+		"all in name":      {Name: n(store.MaxOwnerLen)},
+		// Every length two bytes as a varint, the longest three: the
+		// longest owner-index key store/bolt writes.
+		"longest lengths": {Group: n(128), Resource: n(128), Namespace: n(128), Name: n(store.MaxOwnerLen - 3*128)},
+		"all escaped":     {Resource: "services", Namespace: "default", Name: escaped},
+	}
+}
+
+// ownersPastLimits are owners store.CheckOwner refuses, one way each.
+func ownersPastLimits() map[string]ipaddress.ParentRef {
+	n := func(k int) string { return strings.Repeat("n", k) }
+	return map[string]ipaddress.ParentRef{
+		"group one byte long":          {Group: n(store.MaxOwnerLen + 1)},
+		"resource one byte long":       {Resource: n(store.MaxOwnerLen + 1)},
+		"namespace one byte long":      {Namespace: n(store.MaxOwnerLen + 1)},
+		"name one byte long":           {Resource: "services", Name: n(store.MaxOwnerLen + 1 - len("services"))},
+		"longest lengths, a byte more": {Group: n(128), Resource: n(128), Namespace: n(128), Name: n(store.MaxOwnerLen - 3*128 + 1)},
+		"group not UTF-8":              {Group: "\xff", Resource: "services", Name: "a"},
+		"resource not UTF-8":           {Resource: "services\xc3", Name: "a"},                        // cut short
+		"namespace not UTF-8":          {Resource: "services", Namespace: "\xed\xa0\x80", Name: "a"}, // a surrogate
+		"name not UTF-8":               {Resource: "services", Name: "\xc0\x80"},                     // NUL, overlong
+	}
+}
+
+// The owners at the limits: every store keeps them, reads them back as
+// they were, and finds them by owner; created, given by ReplaceAddressAt,
+// and (where the store has it) by CreateAddressLocked.
+func testOwnersAtLimits(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/16")
+	owners := ownersAtLimits()
+	names := slices.Sorted(maps.Keys(owners))
+	want := map[netip.Addr]ipaddress.IPAddress{}
+	for i, name := range names {
+		o := owners[name]
+		if err := store.CheckOwner(o); err != nil {
+			t.Fatalf("%s: CheckOwner refuses the case: %v", name, err)
+		}
+		// Created with the fence the allocator puts on every create.
+		a := netip.AddrFrom4([4]byte{10, 0, 1, byte(i)})
+		recs, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: a, Parent: o}}, fenceOf(c))
+		if err != nil {
+			t.Errorf("CreateAddresses for an owner %s: %v", name, err)
+			continue
+		}
+		want[a] = recs[0]
+		// Given by ReplaceAddressAt, from an owner of a few bytes.
+		b := netip.AddrFrom4([4]byte{10, 0, 2, byte(i)})
+		plain := mustAddr(t, s, b.String(), "plain")
+		got, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: b, Parent: o}, plain.Revision)
+		if err != nil {
+			t.Errorf("ReplaceAddressAt to an owner %s: %v", name, err)
+			continue
+		}
+		want[b] = got
+	}
+	// The owner indexes of stores that build them on demand are built
+	// now, from the records above, and kept by the writes below.
+	if _, err := s.AddressesOf(ctx, owner("nobody")); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := s.(store.Locked); ok {
+		for i, name := range names {
+			a := netip.AddrFrom4([4]byte{10, 0, 3, byte(i)})
+			l.Mutex().Lock()
+			rev, created, err := l.CreateAddressLocked(a, owners[name], fenceOf(c), nil)
+			l.Mutex().Unlock()
+			if err != nil {
+				t.Errorf("CreateAddressLocked for an owner %s: %v", name, err)
+				continue
+			}
+			want[a] = ipaddress.IPAddress{Addr: a, Parent: owners[name], Created: created, Revision: rev}
+		}
+	}
+	for a, w := range want {
+		if got, err := s.GetAddress(ctx, a); err != nil || !sameRecord(got, w) {
+			t.Errorf("GetAddress(%s): revision %d, owner read back as it was %v, %v; want revision %d", a, got.Revision, got.Parent == w.Parent, err, w.Revision)
+		}
+	}
+	for _, name := range names {
+		o := owners[name]
+		recs, err := s.AddressesOf(ctx, o)
+		var addrs []netip.Addr
+		for _, r := range recs {
+			addrs = append(addrs, r.Addr)
+			if !sameRecord(r, want[r.Addr]) {
+				t.Errorf("AddressesOf(an owner %s) has %s at revision %d, owner read back as it was %v; want revision %d", name, r.Addr, r.Revision, r.Parent == o, want[r.Addr].Revision)
+			}
+		}
+		var wantAddrs []netip.Addr
+		for a, w := range want {
+			if w.Parent == o {
+				wantAddrs = append(wantAddrs, a)
+			}
+		}
+		slices.SortFunc(wantAddrs, netip.Addr.Compare)
+		if err != nil || !slices.Equal(addrs, wantAddrs) {
+			t.Errorf("AddressesOf(an owner %s) = %v, %v; want %v", name, addrs, err, wantAddrs)
+		}
+	}
+	all, err := s.ListAddresses(ctx)
+	if err != nil || len(all) != len(want) {
+		t.Fatalf("ListAddresses: %d records, %v; want %d", len(all), err, len(want))
+	}
+	for _, r := range all {
+		if !sameRecord(r, want[r.Addr]) {
+			t.Errorf("ListAddresses has %s at revision %d, owner read back as it was %v; want revision %d", r.Addr, r.Revision, r.Parent == want[r.Addr].Parent, want[r.Addr].Revision)
+		}
+	}
+}
+
+// The owners past the limits: every store refuses them with
+// store.CheckOwner's error before it writes anything. A batch is refused
+// whole (its storable records come first), a touching fence touches
+// nothing, a record to be replaced stays with its owner, and no watcher
+// hears of a change: the store's revision did not move.
+func testUnstorableOwners(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/16")
+	kept := mustAddr(t, s, "10.0.0.1", "kept", fenceOf(c))
+	r := watch(t, ctx, s)
+	touch := fenceOf(c)
+	touch.Touch = true
+	// A store that tells its revision (store/bolt) shows it unmoved too.
+	revisioner, tells := s.(interface {
+		Revision(context.Context) (int64, error)
+	})
+	var rev int64
+	if tells {
+		var err error
+		if rev, err = revisioner.Revision(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owners := ownersPastLimits()
+	for _, name := range slices.Sorted(maps.Keys(owners)) {
+		o := owners[name]
+		if store.CheckOwner(o) == nil {
+			t.Fatalf("%s: CheckOwner takes the case", name)
+		}
+		type call struct {
+			name string
+			do   func() error
+		}
+		calls := []call{
+			{"CreateAddresses", func() error {
+				_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.2"), Parent: owner("fine")}, {Addr: ip("10.0.0.3"), Parent: o}}, touch)
+				return err
+			}},
+			{"CreateAddresses (large batch)", func() error {
+				var big []ipaddress.IPAddress // past the stores' small-batch shortcuts
+				for i := range 20 {
+					big = append(big, ipaddress.IPAddress{Addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), Parent: owner("fine")})
+				}
+				big = append(big, ipaddress.IPAddress{Addr: ip("10.0.0.3"), Parent: o})
+				_, err := s.CreateAddresses(ctx, big, touch)
+				return err
+			}},
+			{"ReplaceAddressAt", func() error {
+				_, err := s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: kept.Addr, Parent: o}, kept.Revision)
+				return err
+			}},
+		}
+		if l, ok := s.(store.Locked); ok {
+			calls = append(calls, call{"CreateAddressesLocked", func() error {
+				l.Mutex().Lock()
+				defer l.Mutex().Unlock()
+				_, err := l.CreateAddressesLocked([]ipaddress.IPAddress{{Addr: ip("10.0.0.2"), Parent: owner("fine")}, {Addr: ip("10.0.0.3"), Parent: o}}, []store.Fence{touch})
+				return err
+			}}, call{"CreateAddressLocked", func() error {
+				l.Mutex().Lock()
+				defer l.Mutex().Unlock()
+				_, _, err := l.CreateAddressLocked(ip("10.0.0.3"), o, touch, nil)
+				return err
+			}})
+		}
+		for _, cl := range calls {
+			err := cl.do()
+			var fe *ipaddress.FieldError
+			if !errors.Is(err, ipaddress.ErrInvalid) || !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, "spec.parentRef") {
+				t.Errorf("%s for an owner %s: %.300v; want an *ipaddress.FieldError of spec.parentRef matching ipaddress.ErrInvalid", cl.name, name, err)
+			}
+		}
+		if recs, err := s.AddressesOf(ctx, o); err != nil || len(recs) != 0 {
+			t.Errorf("AddressesOf(an owner %s) = %d records, %v; want none, no error", name, len(recs), err)
+		}
+	}
+	if tells {
+		if now, err := revisioner.Revision(ctx); err != nil || now != rev {
+			t.Errorf("the store's revision after refused writes: %d, %v; want %d", now, err, rev)
+		}
+	}
+	if got, err := s.GetCIDR(ctx, c.Name); err != nil || got.Revision != c.Revision {
+		t.Errorf("the CIDR after refused touching creates: revision %d, %v; want %d", got.Revision, err, c.Revision)
+	}
+	all, err := s.ListAddresses(ctx)
+	if err != nil || len(all) != 1 || !sameRecord(all[0], kept) {
+		t.Errorf("after refused writes the store holds %d records (%v), want only %s as it was", len(all), err, kept)
+	}
+	if recs, err := s.AddressesOf(ctx, owner("fine")); err != nil || len(recs) != 0 {
+		t.Errorf("AddressesOf(fine) = %d records, %v; want none: every batch was refused", len(recs), err)
+	}
+	// The next write is the first a watcher hears of since kept.
+	last := mustAddr(t, s, "10.0.0.4", "last")
+	r.waitRevision(t, last.Revision)
+	r.mu.Lock()
+	var told []string // not the events: an owner may be 32 KiB
+	for _, e := range r.events {
+		told = append(told, fmt.Sprintf("%v %s %s at %d", e.Kind, e.CIDR.Name, e.Address.Addr, e.Revision))
+	}
+	r.mu.Unlock()
+	if want := fmt.Sprintf("%v  %s at %d", store.AddressPut, last.Addr, last.Revision); len(told) != 1 || told[0] != want {
+		t.Errorf("a watcher since %s was told %q, want %q alone", kept, told, want)
+	}
 }

@@ -59,6 +59,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"UnstorableAddressesAreInvalid", testInvalidAddress},
 		{"UnstorableAddressesHaveNoRecord", testUnstorableLookups},
 		{"UnstorableCIDRsAreInvalid", testUnstorableCIDRs},
+		{"OwnersAtTheLimitsAreKept", testOwnersAtLimits},
+		{"UnstorableOwnersAreInvalid", testUnstorableOwners},
 		{"RevisionZeroNeverMatches", testZeroRevisionsNeverMatch},
 		{"RandomCallsFollowAModel", testRandomCallsFollowAModel},
 		{"OneCreateMayNameATouchTwice", testTouchTwice},
