@@ -200,6 +200,13 @@ func checkOwnerAgreement(t interface {
 	if want := ownerStorable(p); (err == nil) != want {
 		t.Fatalf("%.200q: CheckOwner says %v, want storable=%v", p, err, want)
 	}
+	// Of an owner whose scope CheckOwner takes, CheckOwnerName says the
+	// same, error and all.
+	if scope := (ipaddress.ParentRef{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace}); store.CheckOwner(scope) == nil {
+		if nerr := store.CheckOwnerName(p); (nerr == nil) != (err == nil) || nerr != nil && nerr.Error() != err.Error() {
+			t.Fatalf("%.200q: CheckOwnerName says %v, CheckOwner %v", p, nerr, err)
+		}
+	}
 	if p.Validate() == nil && err != nil {
 		t.Fatalf("%.200q: Validate takes it, CheckOwner refuses it: %v", p, err)
 	}

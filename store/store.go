@@ -213,15 +213,34 @@ func CheckOwner(p ipaddress.ParentRef) error {
 	return nil
 }
 
-// ascii reports whether s holds ASCII bytes only, read eight at a time.
+// CheckOwnerName is CheckOwner for an owner whose Group, Resource and
+// Namespace are known to pass it: a store that keeps each scope once
+// checked those when it first kept one, and checks the rest (the length
+// of the whole, and the name) for each record after. It refuses what
+// CheckOwner refuses of such an owner, with the same error.
+func CheckOwnerName(p ipaddress.ParentRef) error {
+	if len(p.Group)+len(p.Resource)+len(p.Namespace)+len(p.Name) <= MaxOwnerLen && ascii(p.Name) {
+		return nil
+	}
+	return CheckOwner(p)
+}
+
+// ascii reports whether s holds ASCII bytes only, read eight at a time,
+// and a tail of four to seven as two words of four that may overlap.
 func ascii(s string) bool {
 	var w uint64
 	for ; len(s) >= 8; s = s[8:] {
 		w |= uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
 			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 	}
-	for i := range len(s) {
-		w |= uint64(s[i])
+	if len(s) >= 4 {
+		t := s[len(s)-4:]
+		w |= uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24
+	} else {
+		for i := range len(s) {
+			w |= uint64(s[i])
+		}
 	}
 	return w&0x8080808080808080 == 0
 }

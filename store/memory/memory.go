@@ -435,13 +435,18 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, 
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return 0, time.Time{}, err
 	}
-	if err := store.CheckOwner(owner); err != nil {
-		return 0, time.Time{}, err
-	}
 	// A refused write interns nothing: look the owner's scope up only.
 	k, known := s.addrs.knownOwnerKey(owner)
+	var err error
 	if known {
 		s.addrs.warm(k)
+		// Kept with a record before, the scope passed CheckOwner then.
+		err = store.CheckOwnerName(owner)
+	} else {
+		err = store.CheckOwner(owner)
+	}
+	if err != nil {
+		return 0, time.Time{}, err
 	}
 	// The hash of the lookup serves the insert.
 	i, h := s.addrs.findHashed(s.addrs.table(addr), addr)
