@@ -92,6 +92,10 @@ func TestAddrRoundTripsAtRandom(t *testing.T) {
 	if !FromAddr(netip.Addr{}).IsZero() {
 		t.Fatal("the zero Addr is not 0")
 	}
+	// An IPv4-mapped IPv6 address is IPv6: its 128-bit value.
+	if got := FromAddr(netip.MustParseAddr("::ffff:10.0.0.1")); got != (U128{Lo: 0xffff_0a00_0001}) {
+		t.Fatalf("FromAddr(::ffff:10.0.0.1) = %#x %#x", got.Hi, got.Lo)
+	}
 }
 
 func TestRandBelowStaysBelow(t *testing.T) {
