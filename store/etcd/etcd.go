@@ -142,8 +142,9 @@
 //
 //   - etcd refused it in a way that shows it was not applied: a check made
 //     before the request is proposed to raft (too many operations, request
-//     too large, too many requests, an invalid auth token) or as its entry
-//     is applied (permission denied, an old auth revision). The error is
+//     too large, too many requests, an invalid auth token, a message past
+//     gRPC's size limit on either side) or as its entry is applied
+//     (permission denied, an old auth revision). The error is
 //     the refusal alone. "database space exceeded" is not such a refusal:
 //     etcd also returns it for the transaction that crossed the quota,
 //     after applying it.
@@ -487,6 +488,13 @@ func notApplied(err error) bool {
 	// The client's token refresh after such a refusal failed.
 	case errors.Is(err, rpctypes.ErrAuthFailed):
 		return true
+	// gRPC's own size limits: the client's (MaxCallSendMsgSize) refuses
+	// the message before sending it, the server's before reading it. Not
+	// every ResourceExhausted: etcd's "database space exceeded" is one.
+	case status.Code(err) == codes.ResourceExhausted:
+		msg := status.Convert(err).Message()
+		return strings.Contains(msg, "trying to send message larger than max") ||
+			strings.Contains(msg, "received message larger than max")
 	}
 	return false
 }

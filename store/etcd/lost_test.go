@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
@@ -299,6 +301,29 @@ func TestARefusedWriteIsNotOutcomeUnknown(t *testing.T) {
 		_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(9), Parent: svc(strings.Repeat("x", 8192))}})
 		refused(t, s, s, "a create of 8 KiB, 4 KiB allowed", rpctypes.ErrRequestTooLarge, err, v4(9))
 		// The same store writes what etcd takes.
+		mustCreate(t, ctx, s, v4(10))
+	})
+
+	// gRPC refuses a message past its size limit before sending it (the
+	// client's) or reading it (the server's): never proposed, so not
+	// unknown.
+	t.Run("gRPC's size limits", func(t *testing.T) {
+		c := startCluster(t, 1)
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), MaxCallSendMsgSize: 4096, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.Close() })
+		s, err := New(cli, WithPrefix("/refused-grpc"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(9), Parent: svc(strings.Repeat("x", 8192))}})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a create of 8 KiB past a 4 KiB send limit: %v, want gRPC's ResourceExhausted", err)
+		}
+		refused(t, s, s, "a create of 8 KiB past a 4 KiB send limit", err, err, v4(9))
 		mustCreate(t, ctx, s, v4(10))
 	})
 
