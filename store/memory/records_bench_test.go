@@ -151,6 +151,26 @@ func BenchmarkRecordsGet(b *testing.B) {
 	}
 }
 
+// BenchmarkRecordsHasAbsent looks up addresses the store does not hold in
+// a store of benchRecords records, as every allocation does before it
+// writes: the probe reads the home group and, for a slot whose fragment
+// matches by chance (about one lookup in 40), its entry in the arena.
+func BenchmarkRecordsHasAbsent(b *testing.B) {
+	for _, f := range families {
+		b.Run(f.name, func(b *testing.B) {
+			r := fillRecords(f.v6, benchRecords, false)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if r.has(benchAddr(f.v6, benchRecords+i)) {
+					b.Fatalf("address %d found", benchRecords+i)
+				}
+				i = (i + 7919) & (benchRecords - 1)
+			}
+		})
+	}
+}
+
 // BenchmarkRecordsHeap reports the heap a table of benchRecords records
 // holds, per record, names included (the owner names are 32 bytes). Run it
 // with -benchtime=1x: every iteration builds a whole table.
