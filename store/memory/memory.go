@@ -366,7 +366,7 @@ func (s *Store) createAddresses(recs []ipaddress.IPAddress, fences []store.Fence
 	if len(recs) > 8 {
 		batch = make(map[netip.Addr]bool, len(recs))
 	}
-	for i := range recs { // by index: a record is 120 bytes to copy
+	for i := range recs { // by index: a record is 128 bytes to copy
 		addr := recs[i].Addr
 		if err := ipaddress.ValidateAddr(addr); err != nil {
 			return nil, err

@@ -1,0 +1,48 @@
+package ipaddress_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// The pad keeps a record at 128 bytes, whole 16-byte blocks, so that a
+// copy of a copy does not wait on overlapping stores (see IPAddress).
+// Whoever adds a field takes it from the pad or restores the size.
+func TestIPAddressIsWholeBlocks(t *testing.T) {
+	if got := unsafe.Sizeof(ipaddress.IPAddress{}); got != 128 {
+		t.Fatalf("IPAddress is %d bytes, want 128", got)
+	}
+}
+
+// The pad is seen by nothing a user compares or prints with.
+func TestIPAddressPadIsInvisible(t *testing.T) {
+	a := ipaddress.IPAddress{
+		Addr:     netip.MustParseAddr("10.96.0.1"),
+		Parent:   ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"},
+		Created:  time.Unix(1700000000, 0).UTC(),
+		Revision: 7,
+	}
+	b := a
+	if a != b {
+		t.Fatal("a copy of a record is not == to it")
+	}
+	for _, verb := range []string{"%v", "%+v", "%s"} {
+		if got, want := fmt.Sprintf(verb, a), "10.96.0.1 services/default/kubernetes"; got != want {
+			t.Errorf("Sprintf(%q) = %q, want %q", verb, got, want)
+		}
+	}
+	out, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), `"_"`) {
+		t.Errorf("JSON shows the pad: %s", out)
+	}
+}
