@@ -16,6 +16,9 @@ import (
 // copy of a copy does not wait on overlapping stores (see IPAddress).
 // Whoever adds a field takes it from the pad or restores the size.
 func TestIPAddressIsWholeBlocks(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the pad sizes the record for 64-bit platforms; on others its fields are smaller")
+	}
 	if got := unsafe.Sizeof(ipaddress.IPAddress{}); got != 128 {
 		t.Fatalf("IPAddress is %d bytes, want 128", got)
 	}
