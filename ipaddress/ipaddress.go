@@ -75,8 +75,9 @@ type ParentRef struct {
 
 // IPAddress is the allocation record of one address.
 //
-// It is 128 bytes, 8 of them an unnamed pad that no comparison, printing
-// (but %#v), encoding or go-cmp sees. Without the pad it would be 120:
+// On 64-bit platforms it is 128 bytes, 8 of them an unnamed pad that no
+// comparison, printing (but %#v), encoding or go-cmp sees. Without the pad
+// it would be 120:
 // Go copies it in 16-byte blocks, the last overlapping the one before, and
 // a copy of a fresh copy (a record returned, then assigned by its caller)
 // loads a block from two overlapping stores still in flight, which the
