@@ -77,13 +77,12 @@ type ParentRef struct {
 //
 // On 64-bit platforms it is 128 bytes, 8 of them an unnamed pad that no
 // comparison, printing (but %#v), encoding or go-cmp sees. Without the pad
-// it would be 120:
-// Go copies it in 16-byte blocks, the last overlapping the one before, and
-// a copy of a fresh copy (a record returned, then assigned by its caller)
-// loads a block from two overlapping stores still in flight, which the
-// processor cannot forward from: it waits until they reach the cache. One
-// allocation and release took 2 to 8 % longer so (bench/BENCHMARKS.md,
-// session 29).
+// it would be 120: Go copies it in 16-byte blocks, the last overlapping
+// the one before, and a copy of a fresh copy (a record returned, then
+// assigned by its caller) loads a block from two overlapping stores still
+// in flight, which the processor cannot forward from: it waits until they
+// reach the cache. One allocation and release took 2 to 8 % longer so
+// (bench/BENCHMARKS.md, session 29).
 type IPAddress struct {
 	// Addr is the allocated address, in canonical form (never IPv4-mapped, no zone).
 	Addr netip.Addr
