@@ -301,9 +301,10 @@ type Store interface {
 	// (zero, zoned, IPv4-mapped) or an owner CheckOwner refuses (its
 	// error), whichever record of the batch has it. It returns the
 	// records with Created and Revision set (one revision for the whole
-	// batch); it may set them in recs itself and return it. A batch of no records, with no touching
-	// fence, writes nothing: it checks the fences and takes no revision
-	// (a revision that no watcher is told of could not be waited for).
+	// batch); it may set them in recs itself and return it. A batch of no
+	// records, with no touching fence, writes nothing: it checks the
+	// fences and takes no revision (a revision that no watcher is told of
+	// could not be waited for).
 	CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...Fence) ([]ipaddress.IPAddress, error)
 	// DeleteAddress removes the record of addr. It returns the record as
 	// it was and the revision of the deletion, which a caller waits for
@@ -333,11 +334,11 @@ type Store interface {
 	// owner is not validated, as no owner of a record is: a store holds
 	// what it is given within CheckOwner's limits, and
 	// ipaddress.ParentRef.Validate is the allocator's to apply (as
-	// cidrset.Validate is, beside CheckCIDR).
-	// Any owner is looked up field for field, so a record written past
-	// the allocator for an owner it would refuse is still found, and two
-	// owners that print alike stay apart. An owner no record has, one
-	// CreateAddresses would refuse included, has none and no error.
+	// cidrset.Validate is, beside CheckCIDR). Any owner is looked up field
+	// for field, so a record written past the allocator for an owner it
+	// would refuse is still found, and two owners that print alike stay
+	// apart. An owner no record has, one CreateAddresses would refuse
+	// included, has none and no error.
 	//
 	// A record the store holds but cannot decode, and that might be
 	// owner's, does not hide owner's others: when such records are the

@@ -31,13 +31,13 @@
 // revisions are etcd's: a CIDR's Revision is its key's ModRevision, and
 // so is a record's: the revision of the transaction that created it, or
 // of the ReplaceAddressAt that gave it to its owner (nothing else writes a
-// record's key). A key or value this package cannot decode (garbage, a "v" it does not know) is reported
-// as a *CorruptError naming the key, which matches store.ErrCorrupt. So is
-// a value that is not byte for byte what this package writes for what it
-// holds (spaces, unknown or repeated keys, an escape json.Marshal does not
-// write, bytes that are not UTF-8, a prefix spelled otherwise than netip
-// prints it): no version of it wrote one, and it is not read as the CIDR
-// or record it resembles. Prefixes are read as written, never masked.
+// record's key). A key or value this package cannot decode (garbage, a
+// "v" it does not know) is reported as a *CorruptError naming the key,
+// which matches store.ErrCorrupt. So is a value that is not byte for byte
+// what this package writes for what it holds (spaces, unknown or repeated
+// keys, an escape json.Marshal does not write, bytes that are not UTF-8,
+// a prefix spelled otherwise than netip prints it): no version of it
+// wrote one, and it is not read as the CIDR or record it resembles. Prefixes are read as written, never masked.
 // ListAddresses leaves out the address records it cannot decode and
 // returns the others, with a *store.SkippedError naming those keys: one
 // record edited by hand stops no repair pass. AddressesOf, which cannot
