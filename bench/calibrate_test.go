@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"unsafe"
@@ -82,7 +83,7 @@ func BenchmarkCalibrate(b *testing.B) {
 		for b.Loop() {
 			x = dependentWork(x)
 		}
-		sink = x
+		runtime.KeepAlive(x)
 	})
 	for _, size := range []int{16 << 20, sizes[len(sizes)-1]} {
 		for _, ahead := range []int{0, 1, 4, 16} {
@@ -92,9 +93,6 @@ func BenchmarkCalibrate(b *testing.B) {
 		}
 	}
 }
-
-// sink keeps results that nothing else reads from being optimized away.
-var sink uint64
 
 // dependentWork is a chain of multiplications, each waiting for the one
 // before: about 300 ns on the Zen 5 VM, and no memory access.
@@ -128,7 +126,7 @@ func prefetchedLoad(b *testing.B, size, ahead int) {
 		x = dependentWork(x + uint64(words[ring[i%ringLen]]))
 		i++
 	}
-	sink = x
+	runtime.KeepAlive(x) // the loads and the work are what is measured
 }
 
 // randomCycle returns an array of size bytes in which, from index 0, each
