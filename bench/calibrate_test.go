@@ -92,6 +92,32 @@ func BenchmarkCalibrate(b *testing.B) {
 			})
 		}
 	}
+	// Two random lines a step, both prefetched 4 steps ahead: one prefetch
+	// right after the other (together), or one before each half of the
+	// work (apart). Where a prefetch waits for its page walk, together
+	// overlaps the two walks and apart does not.
+	for _, together := range []bool{true, false} {
+		size := sizes[len(sizes)-1]
+		b.Run(fmt.Sprintf("op=work-prefetched-pair/bytes=%s/together=%t", fmtBytes(size), together), func(b *testing.B) {
+			prefetchedPair(b, size, together)
+		})
+	}
+}
+
+// randomLines returns an array of size bytes, every page touched, and
+// 2^16 indexes of words at random lines of it, drawn in advance so that
+// no generator runs in a measured loop.
+func randomLines(size int) (words []int, ring []uint32) {
+	words = make([]int, size/8)
+	for i := range words {
+		words[i] = i & 1 // every page touched: no first-touch faults in the loop
+	}
+	ring = make([]uint32, 1<<16)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range ring {
+		ring[i] = uint32(r.IntN(len(words)/8) * 8)
+	}
+	return words, ring
 }
 
 // dependentWork is a chain of multiplications, each waiting for the one
@@ -108,25 +134,51 @@ func dependentWork(x uint64) uint64 {
 // prefetchedLoad runs steps of dependentWork over a word at a random line
 // of an array of size bytes, that line prefetched ahead steps before.
 func prefetchedLoad(b *testing.B, size, ahead int) {
-	words := make([]int, size/8)
-	for i := range words {
-		words[i] = i & 1 // every page touched: no first-touch faults in the loop
-	}
-	const ringLen = 1 << 16 // drawn in advance: no generator in the loop
-	ring := make([]uint32, ringLen)
-	r := rand.New(rand.NewPCG(3, 4))
-	for i := range ring {
-		ring[i] = uint32(r.IntN(len(words)/8) * 8)
-	}
+	words, ring := randomLines(size)
+	mask := len(ring) - 1
 	x, i := uint64(1), 0
 	for b.Loop() {
 		if ahead > 0 {
-			prefetch.Line(unsafe.Pointer(&words[ring[(i+ahead)%ringLen]]))
+			prefetch.Line(unsafe.Pointer(&words[ring[(i+ahead)&mask]]))
 		}
-		x = dependentWork(x + uint64(words[ring[i%ringLen]]))
+		x = dependentWork(x + uint64(words[ring[i&mask]]))
 		i++
 	}
 	runtime.KeepAlive(x) // the loads and the work are what is measured
+}
+
+// prefetchedPair runs steps of dependentWork, in two halves, over two
+// words at random lines of an array of size bytes, both prefetched 4
+// steps before: one after the other, or each before its half.
+func prefetchedPair(b *testing.B, size int, together bool) {
+	const ahead = 4
+	words, ring := randomLines(size)
+	mask := len(ring) - 1
+	x, i := uint64(1), 0
+	for b.Loop() {
+		next, now := 2*(i+ahead), 2*i
+		prefetch.Line(unsafe.Pointer(&words[ring[next&mask]]))
+		if together {
+			prefetch.Line(unsafe.Pointer(&words[ring[(next+1)&mask]]))
+		}
+		x = halfWork(x + uint64(words[ring[now&mask]]))
+		if !together {
+			prefetch.Line(unsafe.Pointer(&words[ring[(next+1)&mask]]))
+		}
+		x = halfWork(x + uint64(words[ring[(now+1)&mask]]))
+		i++
+	}
+	runtime.KeepAlive(x)
+}
+
+// halfWork is half of dependentWork.
+//
+//go:noinline
+func halfWork(x uint64) uint64 {
+	for range 128 {
+		x = x*0x9e3779b97f4a7c15 + 1
+	}
+	return x
 }
 
 // randomCycle returns an array of size bytes in which, from index 0, each
