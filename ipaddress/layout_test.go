@@ -25,9 +25,11 @@ func TestIPAddressIsWholeBlocks(t *testing.T) {
 	}
 }
 
-// The pad is seen by nothing a user prints or encodes with: the record
-// prints as its address and owner, and encodes to JSON as its four fields
-// and nothing more. (== cannot see it either: the language ignores blank
+// The pad is seen by nothing a user prints or encodes with. The record
+// prints through String, as its address and owner, whatever its fields
+// (checked here for the verbs a log line uses); it encodes to JSON as its
+// four fields and nothing more, which fails if the pad is given an
+// exported name. (== cannot see it either: the language ignores blank
 // fields there, so no test can catch a change of that.)
 func TestIPAddressPadIsInvisible(t *testing.T) {
 	a := ipaddress.IPAddress{

@@ -37,7 +37,8 @@
 // what this package writes for what it holds (spaces, unknown or repeated
 // keys, an escape json.Marshal does not write, bytes that are not UTF-8,
 // a prefix spelled otherwise than netip prints it): no version of it
-// wrote one, and it is not read as the CIDR or record it resembles. Prefixes are read as written, never masked.
+// wrote one, and it is not read as the CIDR or record it resembles.
+// Prefixes are read as written, never masked.
 // ListAddresses leaves out the address records it cannot decode and
 // returns the others, with a *store.SkippedError naming those keys: one
 // record edited by hand stops no repair pass. AddressesOf, which cannot
