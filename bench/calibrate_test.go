@@ -102,6 +102,46 @@ func BenchmarkCalibrate(b *testing.B) {
 			prefetchedPair(b, size, together)
 		})
 	}
+	// One random line a step, prefetched in batches: once a batch, the
+	// lines of the next batch, back to back. Where a prefetch waits for
+	// its page walk and walks overlap, a batch of k costs less than k
+	// walks. Then batches of 4 with gap multiplications (1.1 ns each
+	// here) between the prefetches: how close together they must be
+	// issued to overlap.
+	size := sizes[len(sizes)-1]
+	for _, batch := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("op=work-prefetched-batch/bytes=%s/batch=%d", fmtBytes(size), batch), func(b *testing.B) {
+			prefetchedBatch(b, size, batch, 0)
+		})
+	}
+	for _, gap := range []int{10, 40, 100} {
+		b.Run(fmt.Sprintf("op=work-prefetched-batch/bytes=%s/batch=4/gap=%d", fmtBytes(size), gap), func(b *testing.B) {
+			prefetchedBatch(b, size, 4, gap)
+		})
+	}
+}
+
+// prefetchedBatch runs steps of dependentWork over a word at a random
+// line of an array of size bytes; once every batch steps, the lines of
+// the next batch are prefetched one after the other, with gap
+// dependent multiplications between two prefetches.
+func prefetchedBatch(b *testing.B, size, batch, gap int) {
+	words, ring := randomLines(size)
+	mask := len(ring) - 1
+	x, i := uint64(1), 0
+	for b.Loop() {
+		if i%batch == 0 {
+			for j := range batch {
+				prefetch.Line(unsafe.Pointer(&words[ring[(i+batch+j)&mask]]))
+				if gap > 0 {
+					x = gapWork(x, gap)
+				}
+			}
+		}
+		x = dependentWork(x + uint64(words[ring[i&mask]]))
+		i++
+	}
+	runtime.KeepAlive(x)
 }
 
 // randomLines returns an array of size bytes, every page touched, and
@@ -169,6 +209,16 @@ func prefetchedPair(b *testing.B, size int, together bool) {
 		i++
 	}
 	runtime.KeepAlive(x)
+}
+
+// gapWork is n steps of dependentWork's chain.
+//
+//go:noinline
+func gapWork(x uint64, n int) uint64 {
+	for range n {
+		x = x*0x9e3779b97f4a7c15 + 1
+	}
+	return x
 }
 
 // halfWork is half of dependentWork.
