@@ -147,9 +147,11 @@ type Allocator struct {
 	// mostFree holds MostFree's choice per family, when that is the
 	// policy; nil otherwise.
 	mostFree [2]*freeTree
-	// validScope is the scope of the last owner whose scope passed
-	// validation (ownerValidLocked), Name empty; zero before the first.
-	validScope ipaddress.ParentRef
+	// owners checks the owners of allocateOneLocked, remembering the
+	// scope of the last that passed; owner is the last it passed, kept
+	// here for the store to read, not copied to it.
+	owners ipaddress.ParentRefChecker
+	owner  ipaddress.ValidParentRef
 	// scratch for allocations over a locked store, used under mu.
 	recBuf   [2]ipaddress.IPAddress
 	fenceBuf [2]store.Fence
@@ -469,7 +471,8 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 		}
 		err = a.chooseNextLocked(r.family, nil, &c)
 	}
-	if !a.ownerValidLocked(owner) {
+	var ok bool
+	if a.owner, ok = a.owners.Check(owner); !ok {
 		a.mu.Unlock()
 		return false, nil
 	}
@@ -485,7 +488,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 		a.mu.Unlock()
 		return false, nil
 	}
-	rev, created, err := a.locked.CreateAddressLocked(c.addr, owner, c.fence, a.self)
+	rev, created, err := a.locked.CreateAddressLocked(c.addr, &a.owner, c.fence, a.self)
 	if err != nil {
 		a.mu.Unlock()
 		return false, nil
@@ -528,21 +531,6 @@ func (a *Allocator) prefetchesLocked(f ipaddress.Family) bool {
 
 // large reports whether p holds prefetchFrom addresses or more.
 func (p *pool) large() bool { return p.used.Hi != 0 || p.used.Lo >= prefetchFrom }
-
-// ownerValidLocked reports whether owner.Validate would return nil,
-// checking its scope only when it is not the last one that passed: most
-// allocations are for owners of one resource in a few namespaces.
-func (a *Allocator) ownerValidLocked(owner ipaddress.ParentRef) bool {
-	if s := &a.validScope; owner.Group != s.Group || owner.Resource != s.Resource || owner.Namespace != s.Namespace || s.Resource == "" {
-		if owner.ValidateScope() != nil {
-			return false
-		}
-		*s = ipaddress.ParentRef{Group: owner.Group, Resource: owner.Resource, Namespace: owner.Namespace}
-	}
-	// The name alone: owner.ValidateName() had owner copied whole as a
-	// block from the 8-byte stores that spilled it, which waits for them.
-	return ipaddress.ParentRef{Name: owner.Name}.ValidateName() == nil
-}
 
 // request is one address of an allocation: addr for static, else family.
 type request struct {

@@ -279,7 +279,7 @@ type lockedHooked struct {
 type lockedOnly interface {
 	Mutex() *sync.Mutex
 	CreateAddressesLocked(recs []ipaddress.IPAddress, fences []store.Fence) ([]ipaddress.IPAddress, error)
-	CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error)
+	CreateAddressLocked(addr netip.Addr, owner *ipaddress.ValidParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error)
 	DeleteAddressLocked(addr netip.Addr, self store.Watcher) (int64, error)
 }
 

@@ -102,3 +102,22 @@ func ExampleIPAddress_String() {
 	// 10.96.0.1 services/default/kubernetes
 	// 10.96.0.1 services/default/kubernetes is 10.96.0.1, family IPv4
 }
+
+// An allocator checks each owner once: the ValidParentRef it gets is its
+// store's proof that the owner needs no checking again.
+func ExampleParentRefChecker() {
+	var c ipaddress.ParentRefChecker
+	for _, p := range []ipaddress.ParentRef{
+		{Resource: "services", Namespace: "default", Name: "kubernetes"},
+		{Resource: "services", Namespace: "default", Name: "Web"},
+	} {
+		if v, ok := c.Check(p); ok {
+			fmt.Println("valid:", v.ParentRef())
+			continue
+		}
+		fmt.Println(p.Validate())
+	}
+	// Output:
+	// valid: services/default/kubernetes
+	// spec.parentRef.name: Invalid value: "Web": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')
+}

@@ -73,6 +73,19 @@ type ParentRef struct {
 	Name      string
 }
 
+// ValidParentRef is a ParentRef that Validate accepted, or the zero value.
+// Only this package makes one (CheckParentRef, ParentRefChecker.Check),
+// and its reference cannot be changed after, so whoever holds one may rely
+// on what Validate guarantees without checking again: every field is
+// ASCII, and the four fields hold at most 632 bytes together. The zero
+// value's reference is the zero ParentRef, which Validate refuses but which
+// has no bytes at all. store.Locked takes one, so that an owner the
+// allocator checked is not checked again by the store.
+type ValidParentRef struct{ p ParentRef }
+
+// ParentRef returns the reference v holds.
+func (v ValidParentRef) ParentRef() ParentRef { return v.p }
+
 // IPAddress is the allocation record of one address.
 //
 // On 64-bit platforms it is 128 bytes, 8 of them an unnamed pad that no

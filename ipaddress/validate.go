@@ -242,38 +242,53 @@ func ParseParentRef(s string) (ParentRef, error) {
 // name the fields "spec.parentRef.group", "spec.parentRef.resource",
 // "spec.parentRef.namespace" and "spec.parentRef.name", in that order.
 //
-// Validate is ValidateScope and ValidateName together: p is valid exactly
-// when both report nil.
+// Validate is the scope's check (Group, Resource, Namespace) and the
+// name's together: its errors are the scope's, then the name's.
 func (p ParentRef) Validate() error {
-	if p.scopeValid() && p.nameValid() {
+	if p.scopeValid() && nameValid(p.Name) {
 		return nil // the common case, checked without building errors
 	}
 	return joinErrs(flatten(append(p.scopeErrs(), p.nameErrs()...)))
 }
 
-// ValidateScope reports whether p's scope, its Group, Resource and
-// Namespace, is valid, by Validate's rules and with its errors. Owners
-// that share a scope (the Services of one namespace) need it checked once:
-// an allocator remembers the last scope that passed.
-func (p ParentRef) ValidateScope() error {
-	if p.scopeValid() {
-		return nil
+// CheckParentRef returns p as a ValidParentRef if p.Validate accepts it,
+// and Validate's error otherwise.
+func CheckParentRef(p ParentRef) (ValidParentRef, error) {
+	if err := p.Validate(); err != nil {
+		return ValidParentRef{}, err
 	}
-	return joinErrs(flatten(p.scopeErrs()))
+	return ValidParentRef{p}, nil
 }
 
-// ValidateName reports whether p's Name is valid, by Validate's rules and
-// with its errors.
-func (p ParentRef) ValidateName() error { return validateName(p.Name) }
+// ParentRefChecker is CheckParentRef for a caller that checks many owners,
+// most of one scope (the Services of one namespace): it remembers the
+// scope (Group, Resource, Namespace) of the last owner that passed, and
+// of an owner with that scope checks the name alone. The zero value is
+// ready to use. It is not safe for concurrent use.
+type ParentRefChecker struct {
+	scope ParentRef // Name empty; Resource empty before the first pass
+}
 
-// validateName is ValidateName on the name alone: small enough that
-// ValidateName inlines, and the caller passes one string, not four.
-func validateName(name string) error {
-	// A name without a dot, the usual case, is settled by its classes.
-	if len(name) <= maxSubdomainLen && (nameClasses(name)&^classHyphen == 0 || isSubdomain(name)) {
-		return nil
+// Check returns p as a ValidParentRef, and true, if p.Validate accepts it;
+// else false, and p.Validate gives the errors. (A bool, not an error: the
+// results then fit in registers.)
+func (c *ParentRefChecker) Check(p ParentRef) (ValidParentRef, bool) {
+	if !c.passes(&p) {
+		return ValidParentRef{}, false
 	}
-	return joinErrs(flatten(ParentRef{Name: name}.nameErrs()))
+	return ValidParentRef{p}, true
+}
+
+// passes is Check's verdict, apart so that Check inlines: its result is
+// then made where the caller keeps it, without a copy on the way.
+func (c *ParentRefChecker) passes(p *ParentRef) bool {
+	if s := &c.scope; p.Group != s.Group || p.Resource != s.Resource || p.Namespace != s.Namespace || s.Resource == "" {
+		if !p.scopeValid() {
+			return false
+		}
+		*s = ParentRef{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace}
+	}
+	return nameValid(p.Name)
 }
 
 // scopeValid and nameValid are the verdicts alone: the same rules as
@@ -285,8 +300,10 @@ func (p ParentRef) scopeValid() bool {
 		(p.Namespace == "" || len(p.Namespace) <= maxLabelLen && isLabel(p.Namespace))
 }
 
-func (p ParentRef) nameValid() bool {
-	return len(p.Name) <= maxSubdomainLen && isSubdomain(p.Name)
+// nameValid is the name's verdict. A name without a dot, the usual case,
+// is settled by its classes, without a call to isSubdomain.
+func nameValid(name string) bool {
+	return len(name) <= maxSubdomainLen && (nameClasses(name)&^classHyphen == 0 || isSubdomain(name))
 }
 
 // scopeErrs returns the errors of p's scope, in field order.

@@ -370,9 +370,9 @@ func TestNameChecksMatchTheGrammar(t *testing.T) {
 		if got, want := isSubdomain(s), subdomain.MatchString(s); got != want {
 			rt.Fatalf("isSubdomain(%q) = %v, want %v", s, got, want)
 		}
-		// ValidateName has a quick path of its own for names without a dot.
-		if got, want := (ParentRef{Name: s}).ValidateName() == nil, subdomain.MatchString(s) && len(s) <= maxSubdomainLen; got != want {
-			rt.Fatalf("ParentRef{Name: %q}.ValidateName() == nil is %v, want %v", s, got, want)
+		// nameValid has a quick path of its own for names without a dot.
+		if got, want := nameValid(s), subdomain.MatchString(s) && len(s) <= maxSubdomainLen; got != want {
+			rt.Fatalf("nameValid(%q) = %v, want %v", s, got, want)
 		}
 		p := ParentRef{Group: gen.Draw(rt, "group"), Resource: gen.Draw(rt, "resource"), Namespace: gen.Draw(rt, "namespace"), Name: s}
 		// The quick verdicts agree with the errors, and Validate is the
@@ -380,15 +380,54 @@ func TestNameChecksMatchTheGrammar(t *testing.T) {
 		if p.scopeValid() != (len(p.scopeErrs()) == 0) {
 			rt.Fatalf("%#v: scopeValid() = %v, scopeErrs() = %v", p, p.scopeValid(), p.scopeErrs())
 		}
-		if p.nameValid() != (len(p.nameErrs()) == 0) {
-			rt.Fatalf("%#v: nameValid() = %v, nameErrs() = %v", p, p.nameValid(), p.nameErrs())
+		if nameValid(p.Name) != (len(p.nameErrs()) == 0) {
+			rt.Fatalf("%#v: nameValid = %v, nameErrs() = %v", p, nameValid(p.Name), p.nameErrs())
 		}
-		want := append(FieldErrors(p.ValidateScope()), FieldErrors(p.ValidateName())...)
-		if got := FieldErrors(p.Validate()); !slices.EqualFunc(got, want, func(a, b *FieldError) bool { return *a == *b }) {
-			rt.Fatalf("%#v: Validate() = %v, want ValidateScope() then ValidateName(): %v", p, got, want)
+		want := flatten(append(p.scopeErrs(), p.nameErrs()...))
+		if got := FieldErrors(p.Validate()); !slices.EqualFunc(got, want, func(a *FieldError, b error) bool { return *a == *b.(*FieldError) }) {
+			rt.Fatalf("%#v: Validate() = %v, want the scope's errors, then the name's: %v", p, got, want)
 		}
-		if (p.Validate() == nil) != (p.ValidateScope() == nil && p.ValidateName() == nil) {
-			rt.Fatalf("%#v: Validate() = %v, ValidateScope() = %v, ValidateName() = %v", p, p.Validate(), p.ValidateScope(), p.ValidateName())
+	})
+}
+
+// A ValidParentRef holds an owner that Validate accepts, however the
+// checker's remembered scope and the owners before it line up: each owner
+// is the one before with one field changed, to a valid value or not, or
+// the same again.
+func TestParentRefCheckerGivesExactlyWhatValidateAccepts(t *testing.T) {
+	pick := func(vs ...string) *rapid.Generator[string] { return rapid.SampledFrom(vs) }
+	fields := []*rapid.Generator[string]{
+		pick("", "apps", "networking.k8s.io", "Apps", "-x", "a..b"),
+		pick("services", "pods", "", "Services", "svc-", "a.b"),
+		pick("", "default", "kube-system", "Default", "a.b", "x_y"),
+		rapid.OneOf(pick("kubernetes", "a", "a.b", "a-b", "", "A", "a..b", "-a", "é", strings.Repeat("a", 253), strings.Repeat("a", 254)),
+			rapid.StringOfN(rapid.SampledFrom([]rune("az09-.A\xff")), 0, 20, -1)),
+	}
+	// A new checker remembers no scope: not the empty one either.
+	var c ParentRefChecker
+	if v, ok := c.Check(ParentRef{Name: "a"}); ok {
+		t.Errorf("a new checker passes %#v, which has no resource", v.ParentRef())
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		var c ParentRefChecker
+		p := ParentRef{Resource: "services", Namespace: "default", Name: "kubernetes"}
+		for i := range rapid.IntRange(1, 20).Draw(rt, "owners") {
+			// -1 changes nothing: the same owner again.
+			if f := rapid.IntRange(-1, 3).Draw(rt, "field"); f >= 0 {
+				*[]*string{&p.Group, &p.Resource, &p.Namespace, &p.Name}[f] = fields[f].Draw(rt, "value")
+			}
+			want := p.Validate() == nil
+			v, ok := c.Check(p)
+			if ok != want {
+				rt.Fatalf("owner %d, %#v: Check ok = %v, Validate() = %v", i, p, ok, p.Validate())
+			}
+			if ok && v.ParentRef() != p || !ok && v != (ValidParentRef{}) {
+				rt.Fatalf("owner %d, %#v: Check = %#v, %v", i, p, v.ParentRef(), ok)
+			}
+			w, err := CheckParentRef(p)
+			if (err == nil) != want || w != v {
+				rt.Fatalf("owner %d, %#v: CheckParentRef = %#v, %v; Check = %#v, %v", i, p, w.ParentRef(), err, v.ParentRef(), ok)
+			}
 		}
 	})
 }

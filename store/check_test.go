@@ -200,14 +200,9 @@ func checkOwnerAgreement(t interface {
 	if want := ownerStorable(p); (err == nil) != want {
 		t.Fatalf("%.200q: CheckOwner says %v, want storable=%v", p, err, want)
 	}
-	// Of an owner whose scope CheckOwner takes, CheckOwnerName says the
-	// same, error and all.
-	if scope := (ipaddress.ParentRef{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace}); store.CheckOwner(scope) == nil {
-		if nerr := store.CheckOwnerName(p); (nerr == nil) != (err == nil) || nerr != nil && nerr.Error() != err.Error() {
-			t.Fatalf("%.200q: CheckOwnerName says %v, CheckOwner %v", p, nerr, err)
-		}
-	}
-	if p.Validate() == nil && err != nil {
+	// Every ValidParentRef meets CheckOwner: store.Locked's
+	// CreateAddressLocked takes one unchecked.
+	if v, verr := ipaddress.CheckParentRef(p); verr == nil && store.CheckOwner(v.ParentRef()) != nil {
 		t.Fatalf("%.200q: Validate takes it, CheckOwner refuses it: %v", p, err)
 	}
 	if err == nil {
@@ -257,7 +252,18 @@ func TestCheckOwnerAtItsLimits(t *testing.T) {
 		}
 		checkOwnerAgreement(t, tc.p)
 	}
-	err := store.CheckOwner(ipaddress.ParentRef{Resource: "services", Namespace: "\xff", Name: "\xff"})
+	// What store.Locked takes unchecked: the longest owner Validate takes,
+	// and the zero ValidParentRef.
+	longest, err := ipaddress.CheckParentRef(ipaddress.ParentRef{Group: n(253), Resource: n(63), Namespace: n(63), Name: n(253)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []ipaddress.ValidParentRef{longest, {}} {
+		if err := store.CheckOwner(v.ParentRef()); err != nil {
+			t.Errorf("CheckOwner refuses the ValidParentRef %.80q: %v", v.ParentRef(), err)
+		}
+	}
+	err = store.CheckOwner(ipaddress.ParentRef{Resource: "services", Namespace: "\xff", Name: "\xff"})
 	if fe := ipaddress.FieldErrors(err); len(fe) != 1 || fe[0].Field != "spec.parentRef.namespace" {
 		t.Errorf("two fields not UTF-8: %v, want the first named", err)
 	}

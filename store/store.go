@@ -213,18 +213,6 @@ func CheckOwner(p ipaddress.ParentRef) error {
 	return nil
 }
 
-// CheckOwnerName is CheckOwner for an owner whose Group, Resource and
-// Namespace are known to pass it: a store that keeps each scope once
-// checked those when it first kept one, and checks the rest (the length
-// of the whole, and the name) for each record after. It refuses what
-// CheckOwner refuses of such an owner, with the same error.
-func CheckOwnerName(p ipaddress.ParentRef) error {
-	if len(p.Group)+len(p.Resource)+len(p.Namespace)+len(p.Name) <= MaxOwnerLen && ascii(p.Name) {
-		return nil
-	}
-	return CheckOwner(p)
-}
-
 // ascii reports whether s holds ASCII bytes only, read eight at a time,
 // and a tail of four to seven as two words of four that may overlap.
 func ascii(s string) bool {
@@ -396,8 +384,12 @@ type Locked interface {
 	// of the write, and the caller applies it to its index itself. It
 	// returns the record's revision and creation time. Watchers are told
 	// apart from self with ==, so a store.Locked store's Watch refuses a
-	// watcher of an uncomparable type (ipaddress.ErrInvalid).
-	CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence Fence, self Watcher) (rev int64, created time.Time, err error)
+	// watcher of an uncomparable type (ipaddress.ErrInvalid). The owner
+	// was checked when it was made (ipaddress.CheckParentRef), and every
+	// ValidParentRef meets CheckOwner: the store does not check it again.
+	// (A pointer, so that the owner is not copied on the way; nil is
+	// refused with an *ipaddress.FieldError for "spec.parentRef".)
+	CreateAddressLocked(addr netip.Addr, owner *ipaddress.ValidParentRef, fence Fence, self Watcher) (rev int64, created time.Time, err error)
 	// DeleteAddressLocked is DeleteAddress for a caller holding Mutex that
 	// does not want the record back; self is as for CreateAddressLocked.
 	// It returns the revision of the deletion.

@@ -67,9 +67,9 @@ func BenchmarkCreateDeleteLocked(b *testing.B) {
 		}
 	}
 	free := rand.New(rand.NewPCG(1, 2)).Perm(held)
-	owners := make([]ipaddress.ParentRef, 1024)
+	owners := make([]*ipaddress.ValidParentRef, 1024)
 	for i := range owners {
-		owners[i] = ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("cycle-%026d", i)}
+		owners[i] = checked(ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: fmt.Sprintf("cycle-%026d", i)})
 	}
 	mu := st.Mutex()
 	i := 0

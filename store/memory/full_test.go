@@ -103,7 +103,7 @@ func TestAFullStoreRefusesRecordsAndLosesNone(t *testing.T) {
 	refused("create", err)
 	s.mu.Lock()
 	other := ipaddress.ParentRef{Resource: "services", Namespace: "elsewhere", Name: fullOwner(n).Name}
-	_, _, err = s.CreateAddressLocked(addrAt(n), other, store.Fence{CIDR: c.Name, Revision: c.Revision}, nil)
+	_, _, err = s.CreateAddressLocked(addrAt(n), checked(other), store.Fence{CIDR: c.Name, Revision: c.Revision}, nil)
 	s.mu.Unlock()
 	refused("locked create", err)
 	_, err = s.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: addrAt(0), Parent: fullOwner(0)}, 1)

@@ -428,25 +428,22 @@ func (s *Store) touch(fences []store.Fence) {
 }
 
 // CreateAddressLocked implements store.Locked.
-func (s *Store) CreateAddressLocked(addr netip.Addr, owner ipaddress.ParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error) {
+func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error) {
 	if s.closed {
 		return 0, time.Time{}, store.ErrClosed
 	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return 0, time.Time{}, err
 	}
+	if valid == nil {
+		return 0, time.Time{}, &ipaddress.FieldError{Field: "spec.parentRef", Required: true}
+	}
+	// Meets CheckOwner, as every ValidParentRef does: not checked again.
+	owner := valid.ParentRef()
 	// A refused write interns nothing: look the owner's scope up only.
 	k, known := s.addrs.knownOwnerKey(owner)
-	var err error
 	if known {
 		s.addrs.warm(k)
-		// Kept with a record before, the scope passed CheckOwner then.
-		err = store.CheckOwnerName(owner)
-	} else {
-		err = store.CheckOwner(owner)
-	}
-	if err != nil {
-		return 0, time.Time{}, err
 	}
 	// The hash of the lookup serves the insert.
 	i, h := s.addrs.findHashed(s.addrs.table(addr), addr)

@@ -71,7 +71,7 @@ func TestAddressWatcher(t *testing.T) {
 	// them itself, and tell the others.
 	c := netip.MustParseAddr("10.0.0.2")
 	st.Mutex().Lock()
-	rev, created, err := st.CreateAddressLocked(c, owner, store.Fence{CIDR: "c", Revision: 1}, fast)
+	rev, created, err := st.CreateAddressLocked(c, checked(owner), store.Fence{CIDR: "c", Revision: 1}, fast)
 	st.Mutex().Unlock()
 	if err != nil || rev != 5 || created.IsZero() {
 		t.Fatalf("CreateAddressLocked = %d, %v, %v; want revision 5", rev, created, err)
@@ -144,11 +144,19 @@ func TestCreateAddressLockedRefusals(t *testing.T) {
 		{"unstorable", netip.MustParseAddr("::ffff:10.0.0.3"), fence, func(err error) bool { return errors.Is(err, ipaddress.ErrInvalid) }},
 	} {
 		st.Mutex().Lock()
-		_, _, err := st.CreateAddressLocked(tc.addr, owner, tc.fence, nil)
+		_, _, err := st.CreateAddressLocked(tc.addr, checked(owner), tc.fence, nil)
 		st.Mutex().Unlock()
 		if !tc.ok(err) {
 			t.Errorf("%s: CreateAddressLocked(%s) = %v", tc.name, tc.addr, err)
 		}
+	}
+	// No owner at all: refused as an owner the store cannot keep is.
+	st.Mutex().Lock()
+	_, _, err = st.CreateAddressLocked(free, nil, fence, nil)
+	st.Mutex().Unlock()
+	var fe *ipaddress.FieldError
+	if !errors.Is(err, ipaddress.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "spec.parentRef" {
+		t.Errorf("CreateAddressLocked with a nil owner = %v, want an *ipaddress.FieldError for spec.parentRef", err)
 	}
 	if _, err := st.GetAddress(ctx, free); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a refused create stored %s: %v", free, err)
@@ -160,7 +168,7 @@ func TestCreateAddressLockedRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Mutex().Lock()
-	_, _, err = st.CreateAddressLocked(free, owner, fence, nil)
+	_, _, err = st.CreateAddressLocked(free, checked(owner), fence, nil)
 	st.Mutex().Unlock()
 	if !errors.Is(err, store.ErrClosed) {
 		t.Errorf("CreateAddressLocked after Close = %v, want ErrClosed", err)
@@ -258,7 +266,7 @@ func TestWatchRefusesAWatcherItCannotCompare(t *testing.T) {
 	a := netip.MustParseAddr("10.0.0.1")
 	s.Mutex().Lock()
 	defer s.Mutex().Unlock()
-	if _, _, err := s.CreateAddressLocked(a, ipaddress.ParentRef{Resource: "services", Name: "x"}, store.Fence{CIDR: "c", Revision: c.Revision}, self); err != nil {
+	if _, _, err := s.CreateAddressLocked(a, checked(ipaddress.ParentRef{Resource: "services", Name: "x"}), store.Fence{CIDR: "c", Revision: c.Revision}, self); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.DeleteAddressLocked(a, self); err != nil {
@@ -278,7 +286,7 @@ func TestAFenceThatHeldFailsAfterEveryCIDRWrite(t *testing.T) {
 	createLocked := func(st *memory.Store, addr string, f store.Fence) error {
 		st.Mutex().Lock()
 		defer st.Mutex().Unlock()
-		_, _, err := st.CreateAddressLocked(netip.MustParseAddr(addr), owner, f, nil)
+		_, _, err := st.CreateAddressLocked(netip.MustParseAddr(addr), checked(owner), f, nil)
 		return err
 	}
 	for _, tc := range []struct {
@@ -347,7 +355,7 @@ func TestAFenceHoldsByNameAndRevision(t *testing.T) {
 	try := func(addr string, f store.Fence) error {
 		st.Mutex().Lock()
 		defer st.Mutex().Unlock()
-		_, _, err := st.CreateAddressLocked(netip.MustParseAddr(addr), owner, f, nil)
+		_, _, err := st.CreateAddressLocked(netip.MustParseAddr(addr), checked(owner), f, nil)
 		return err
 	}
 	held := store.Fence{CIDR: cs[0].Name, Revision: cs[0].Revision}
@@ -462,7 +470,7 @@ func TestALockedWriteLeavesOutTheWatcherEqualToSelf(t *testing.T) {
 		log = nil
 		a := netip.MustParseAddr("10.0.0.1")
 		st.Mutex().Lock()
-		_, _, err = st.CreateAddressLocked(a, ipaddress.ParentRef{Resource: "services", Name: "x"}, store.Fence{CIDR: c.Name, Revision: c.Revision}, self)
+		_, _, err = st.CreateAddressLocked(a, checked(ipaddress.ParentRef{Resource: "services", Name: "x"}), store.Fence{CIDR: c.Name, Revision: c.Revision}, self)
 		if err == nil {
 			_, err = st.DeleteAddressLocked(a, self)
 		}
@@ -478,4 +486,13 @@ func TestALockedWriteLeavesOutTheWatcherEqualToSelf(t *testing.T) {
 			t.Errorf("%s: the registered watcher was told %d writes, want %d (== says left out: %v)", tc.name, told, want, tc.leftOut)
 		}
 	}
+}
+
+// checked is the owner p as store.Locked takes it; p must be valid.
+func checked(p ipaddress.ParentRef) *ipaddress.ValidParentRef {
+	v, err := ipaddress.CheckParentRef(p)
+	if err != nil {
+		panic(err)
+	}
+	return &v
 }

@@ -621,7 +621,7 @@ func TestARefusedCreateInternsNoScope(t *testing.T) {
 	held := netip.MustParseAddr("10.0.0.1")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, _, err := s.CreateAddressLocked(held, ipaddress.ParentRef{Resource: "services", Namespace: "a", Name: "x"}, store.Fence{}, nil); err == nil {
+	if _, _, err := s.CreateAddressLocked(held, checked(ipaddress.ParentRef{Resource: "services", Namespace: "a", Name: "x"}), store.Fence{}, nil); err == nil {
 		t.Fatal("a create fenced on a missing CIDR succeeded")
 	}
 	if n := len(s.addrs.scopeIDs); n != 0 {
@@ -1013,4 +1013,13 @@ func TestUvarintSizeIsTheEncodedLength(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checked is the owner p as store.Locked takes it; p must be valid.
+func checked(p ipaddress.ParentRef) *ipaddress.ValidParentRef {
+	v, err := ipaddress.CheckParentRef(p)
+	if err != nil {
+		panic(err)
+	}
+	return &v
 }
