@@ -221,8 +221,9 @@ func ownersPastLimits() map[string]ipaddress.ParentRef {
 }
 
 // The owners at the limits: every store keeps them, reads them back as
-// they were, and finds them by owner; created, given by ReplaceAddressAt,
-// and (where the store has it) by CreateAddressLocked.
+// they were, and finds them by owner; created, and given by
+// ReplaceAddressAt. Where the store has CreateAddressLocked, the longest
+// and the zero ValidParentRef, all it can be given, through it too.
 func testOwnersAtLimits(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	c := mustCIDR(t, s, "c", "10.0.0.0/16")
