@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the netipam vs Kubernetes allocator comparison and prints benchstat
-# tables. Raw `go test -bench` output goes to results/*.txt (the machine and
-# commit to results/env.txt), the tables to results/benchstat.txt, the plot
-# to results/fill.svg and the targets summary to results/summary.md.
+# tables. A full run writes into results/full-<commit>/ (OUT=dir to choose;
+# relative to bench/): raw `go test -bench` output to <group>.txt, the
+# machine and commit to env.txt, the tables to benchstat.txt, the plot to
+# fill.svg and the targets summary to summary.md. No run overwrites an
+# earlier one's files unless OUT says so.
 #
 #   bench/run.sh                 # full run, COUNT=6 samples per benchmark
 #   COUNT=10 bench/run.sh        # more samples
@@ -12,15 +14,14 @@
 #                                       # (the profile: bench/pgo.sh; path relative
 #                                       # to bench/; not applied to the scale group)
 #
-# A run of some groups only writes everything, env.txt and tables included,
-# to results/rerun-<commit>/ (OUT=dir to choose; relative to bench/), so that its tables hold
-# only its own numbers and the full run's stay as they were; an unknown
+# A run of some groups only writes the same files to results/rerun-<commit>/
+# (OUT to choose), so that its tables hold only its own numbers; an unknown
 # group name is an error. Tables and the summary are built from the groups
 # the run made, never from files an earlier run left.
 #
 # The full run sets NETIPAM_BENCH_FULL=1: 10M-address fixtures (several GB
 # of heap), the IPAddress allocator on 64k-address ranges, 1M-address cold
-# start, memory and finalizer fixtures. It takes about 30 minutes on 2 cores.
+# start, memory and finalizer fixtures. It takes 38–55 minutes on 2 cores.
 # CI instead runs every benchmark once, reduced:
 #   go test -run '^$' -bench . -benchtime 1x ./...
 set -euo pipefail
@@ -39,7 +40,7 @@ if [[ -n ${ONLY:-} ]]; then
 	OUT=${OUT:-results/rerun-$commit}
 else
 	ONLY=$all
-	OUT=${OUT:-results}
+	OUT=${OUT:-results/full-$commit}
 fi
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da # golang.org/x/perf
 export NETIPAM_BENCH_FULL=1
