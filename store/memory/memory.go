@@ -445,9 +445,17 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	if known {
 		s.addrs.warm(k)
 	}
-	// The hash of the lookup serves the insert.
-	i, h := s.addrs.findHashed(s.addrs.table(addr), addr)
-	if i >= 0 {
+	// The hash of the lookup serves the insert (a block needs none).
+	var h uint64
+	free := true
+	if b, j := s.addrs.block(addr); b != nil {
+		free = b.offs[j] == 0
+	} else {
+		var i int
+		i, h = s.addrs.findHashed(s.addrs.table(addr), addr)
+		free = i < 0
+	}
+	if !free {
 		return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
 	}
 	fences := [1]store.Fence{fence}

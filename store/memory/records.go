@@ -31,9 +31,11 @@ import (
 // one seen (base), modulo 2^32, so it is a few bytes, not five.
 //
 // Three hash tables of arena offsets index the entries: v4 and v6 by
-// address, owners by owner (scope and name), one slot per record, so an
-// owner with several addresses (dual-stack, or hundreds) has several slots,
-// all with the same hash (up to ownerSlots; see more). The tables probe
+// address (but for the IPv4 records of /16s that hold many, which a block
+// per /16 indexes by address instead: see denseBlock), owners by owner
+// (scope and name), one slot per record, so an owner with several
+// addresses (dual-stack, or hundreds) has several slots, all with the same
+// hash (up to ownerSlots; see more). The tables probe
 // groups of 7 slots, SwissTable's way (see offTable): a slot is its offset
 // (4 bytes) and a control byte that holds 7 more bits of the hash (so a
 // lookup reads the arena of almost only the entry it wants), and the
@@ -67,9 +69,11 @@ import (
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
 // the first, name length 1) and 24 for IPv6, and 40/7/load bytes of slots
 // in each table (a group is 40 bytes), 20 to 25 in all with the owner
-// table, 11 to 14 without. An owner's
-// records past its second take no owner slot but 4 bytes in more and an
-// entry of morePos (about 10 more).
+// table, 11 to 14 without; an IPv4 record in a block takes, instead of
+// its address slot, its share of the block's 4 bytes per address (at most
+// 10.7 bytes while the block lives long enough to fill, 4 in a full /16).
+// An owner's records past its second take no owner slot but 4 bytes in
+// more and an entry of morePos (about 10 more).
 //
 // Deleting a record turns its entry into waste, which the next entry of the
 // same size reuses; when the waste outgrows the live entries all the same
@@ -78,6 +82,16 @@ import (
 // tables if they are mostly empty).
 type records struct {
 	v4, v6 offTable
+	// dense holds, by /16, the IPv4 records of the /16s that hold many,
+	// in blocks indexed by address (see denseBlock); nil while no /16 has
+	// one. A /16 with a block has none of its records in v4. denseN
+	// counts the records in blocks.
+	dense  *[1 << 16]*denseBlock
+	denseN int
+	// denseFrom is how many records of one /16 in v4 give it a block when
+	// v4 grows; a block with fewer than denseUntil goes back to v4. Tests
+	// lower both.
+	denseFrom, denseUntil int
 	// owners holds up to ownerSlots slots per owner, each the entry of one
 	// of its records; an owner's further records are in more, under the
 	// owner's hash, so that an owner of many addresses is not a probe
@@ -149,6 +163,8 @@ func newRecords() *records {
 		mask:        ^uint64(0),
 		compactAt:   1 << chunkBits,
 		prefetchMin: prefetchFrom,
+		denseFrom:   denseFrom,
+		denseUntil:  denseUntil,
 		scopeIDs:    map[scope]uint32{},
 	}
 	r.v4, r.v6 = newTable(false, 0), newTable(false, 0)
@@ -157,7 +173,7 @@ func newRecords() *records {
 	return r
 }
 
-func (r *records) len() int { return r.v4.n + r.v6.n }
+func (r *records) len() int { return r.v4.n + r.v6.n + r.denseN }
 
 func unixTime(sec int64) time.Time { return time.Unix(sec, 0) }
 
@@ -168,7 +184,12 @@ func (r *records) table(a netip.Addr) *offTable {
 	return &r.v6
 }
 
-func (r *records) has(a netip.Addr) bool { return r.find(r.table(a), a) >= 0 }
+func (r *records) has(a netip.Addr) bool {
+	if b, j := r.block(a); b != nil {
+		return b.offs[j] != 0
+	}
+	return r.find(r.table(a), a) >= 0
+}
 
 // scopeID interns p's scope, for a record about to be put.
 func (r *records) scopeID(p ipaddress.ParentRef) uint32 {
@@ -344,6 +365,10 @@ func (t *offTable) prefetchGroup(g int) {
 // prefetchAddr starts loading the home group of a in its address table,
 // when the table is large enough for it to matter.
 func (r *records) prefetchAddr(a netip.Addr) {
+	if b, j := r.block(a); b != nil {
+		prefetch.Line(unsafe.Pointer(&b.offs[j]))
+		return
+	}
 	t := r.table(a)
 	if t.size == 0 || t.bytes() < r.prefetchMin {
 		return
@@ -382,10 +407,16 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 		return false
 	}
 	r.scopeLive[sid]++
-	if h == 0 { // or a hash that is 0 indeed: worked out again, the same
-		h = r.keyHash(key)
+	if b, j := r.block(a); b != nil {
+		b.offs[j] = off
+		b.n++
+		r.denseN++
+	} else {
+		if h == 0 { // or a hash that is 0 indeed: worked out again, the same
+			h = r.keyHash(key)
+		}
+		r.insert(t, h, off)
 	}
-	r.insert(t, h, off)
 	if r.ownersIndexed {
 		r.addOwner(k.h, sid, name, off)
 	}
@@ -443,15 +474,26 @@ func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int6
 	// sweep a scope the new entry holds.
 	r.scopeLive[k.sid]++
 	t := r.table(a)
-	i := r.find(t, a)
-	old := t.off(i)
+	b, j := r.block(a)
+	var i int
+	var old uint32
+	if b != nil {
+		old = b.offs[j]
+	} else {
+		i = r.find(t, a)
+		old = t.off(i)
+	}
 	sid, name, size := ownerOf(r.arena.bytes(old))
 	if r.ownersIndexed {
 		r.dropOwner(r.ownerHash(sid, name), old)
 	}
 	r.arena.release(old, size)
 	r.dropScopeRecord(sid)
-	t.setOff(i, off) // same address: same slot, same fragment
+	if b != nil {
+		b.offs[j] = off
+	} else {
+		t.setOff(i, off) // same address: same slot, same fragment
+	}
 	if r.ownersIndexed {
 		r.addOwner(k.h, k.sid, p.Name, off)
 	}
@@ -561,6 +603,12 @@ func (r *records) dropOwner(h uint64, off uint32) {
 }
 
 func (r *records) get(a netip.Addr) (ipaddress.IPAddress, bool) {
+	if b, j := r.block(a); b != nil {
+		if off := b.offs[j]; off != 0 {
+			return r.record(a, entry{off}), true
+		}
+		return ipaddress.IPAddress{}, false
+	}
 	t := r.table(a)
 	i := r.find(t, a)
 	if i < 0 {
@@ -586,6 +634,15 @@ func (r *records) recordOf(a netip.Addr, f fields) ipaddress.IPAddress {
 
 // delete removes the record of a and returns it.
 func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
+	if b, j := r.block(a); b != nil {
+		off := b.offs[j]
+		if off == 0 {
+			return ipaddress.IPAddress{}, false
+		}
+		rec := r.recordOf(a, r.parse(off))
+		r.removeDense(a, b, j)
+		return rec, true
+	}
 	t := r.table(a)
 	i, h := r.findHashed(t, a)
 	if i < 0 {
@@ -598,6 +655,13 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 
 // remove removes the record of a, reporting whether there was one.
 func (r *records) remove(a netip.Addr) bool {
+	if b, j := r.block(a); b != nil {
+		if b.offs[j] == 0 {
+			return false
+		}
+		r.removeDense(a, b, j)
+		return true
+	}
 	t := r.table(a)
 	i, h := r.findHashed(t, a)
 	if i < 0 {
@@ -611,8 +675,28 @@ func (r *records) remove(a netip.Addr) bool {
 // its owner slot and its entry.
 func (r *records) removeSlot(t *offTable, i int, h uint64) {
 	off := t.off(i)
-	sid, name, size := ownerOf(r.arena.bytes(off))
 	r.removeAt(t, i, h)
+	r.dropEntry(off)
+}
+
+// removeDense removes the record of a, held in entry j of its /16's
+// block b, its owner slot and its entry; a block left with fewer than
+// denseUntil records goes back to v4.
+func (r *records) removeDense(a netip.Addr, b *denseBlock, j uint16) {
+	off := b.offs[j]
+	b.offs[j] = 0
+	b.n--
+	r.denseN--
+	r.dropEntry(off) // may compact, which moves b's offsets
+	if b.n < r.denseUntil {
+		r.undense(slash16(a))
+	}
+}
+
+// dropEntry drops the entry at off, whose address slot is gone: its owner
+// slot, its scope's count and its bytes.
+func (r *records) dropEntry(off uint32) {
+	sid, name, size := ownerOf(r.arena.bytes(off))
 	if r.ownersIndexed {
 		r.dropOwner(r.ownerHash(sid, name), off)
 	}
@@ -695,6 +779,17 @@ func (r *records) indexOwners() {
 			}
 		}
 	}
+	r.denseBatches(func(offs []uint32, _ []denseAt) {
+		r.arena.touch(offs)
+		for k, off := range offs {
+			sids[k], names[k], _ = ownerOf(r.arena.bytes(off))
+			hs[k] = r.ownerHash(sids[k], names[k])
+		}
+		r.touchHomes(&r.owners, hs[:len(offs)])
+		for k, off := range offs {
+			r.addOwner(hs[k], sids[k], names[k], off)
+		}
+	})
 }
 
 // batchLen is how many entries the loops over a whole table (rehash,
@@ -726,6 +821,11 @@ func (r *records) all(fn func(netip.Addr, entry)) {
 			}
 		}
 	}
+	r.denseBatches(func(offs []uint32, at []denseAt) {
+		for k, off := range offs {
+			fn(at[k].addr(), entry{off})
+		}
+	})
 }
 
 // compact copies the live entries into a fresh arena, dropping the space of
@@ -776,6 +876,21 @@ func (r *records) compact() {
 			}
 		}
 	}
+	r.denseBatches(func(offs []uint32, at []denseAt) {
+		old.touch(offs)
+		for k, off := range offs {
+			b := old.bytes(off)
+			f := parseBytes(b, r.base)
+			noff, ok := r.arena.addRaw(b[:f.size])
+			if !ok {
+				panic("memory store: live records outgrew the arena in a compaction")
+			}
+			at[k].b.offs[at[k].j] = noff
+			if r.ownersIndexed {
+				r.addOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, noff)
+			}
+		}
+	})
 }
 
 // Hashing.
@@ -1066,6 +1181,20 @@ func (r *records) reserve(t *offTable) {
 	if t.n < t.full {
 		return
 	}
+	r.grow(t)
+}
+
+// grow makes room in t, which is at its load bound: IPv4 records of
+// /16s that hold many go to blocks (densify), or the table grows.
+func (r *records) grow(t *offTable) {
+	if t == &r.v4 && r.densify() && t.n < t.full/2 {
+		// Most went to blocks: the table is sized for what is left.
+		r.rehash(t, t.sizeFor(t.n+1))
+		return
+	}
+	if t.n < t.full {
+		return
+	}
 	r.rehash(t, max(minTableSize, t.size+t.size/4))
 }
 
@@ -1092,7 +1221,7 @@ func (r *records) rehash(t *offTable, size int) {
 			}
 			for p < len(c) {
 				f := parseBytes(c[p:], r.base)
-				if (len(f.key) == 16) == (t == &r.v6) {
+				if (len(f.key) == 16) == (t == &r.v6) && !r.inBlock(f) {
 					offs[n] = uint32(ci)<<chunkBits | uint32(p)
 					hs[n] = r.addrHash(f.key)
 					if n++; n == len(offs) {

@@ -31,6 +31,9 @@ func FuzzRecordsFollowAMapModel(f *testing.F) {
 		prog = append(prog, 0x01, byte(i*7))
 	}
 	f.Add(append(prog, 0x05))
+	// The same with blocks for /16s of 8 records (and compaction at 200
+	// bytes of waste).
+	f.Add(append([]byte{1, 4}, append(prog[2:], 0x05)...))
 
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) < 2 || len(in) > 8192 {
@@ -39,6 +42,8 @@ func FuzzRecordsFollowAMapModel(f *testing.F) {
 		r := newRecords()
 		r.mask = [...]uint64{^uint64(0), 0xe000_0000_0000_0000, 0}[in[0]%3]
 		r.compactAt = [...]int{0, 200, 1 << chunkBits}[in[1]%3]
+		dense := [...][2]int{{denseFrom, denseUntil}, {8, 3}, {2, 1}}[in[1]/3%3]
+		r.denseFrom, r.denseUntil = dense[0], dense[1]
 		in = in[2:]
 		model := map[netip.Addr]ipaddress.IPAddress{}
 		custom := map[ipaddress.ParentRef]bool{}

@@ -82,6 +82,7 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 	for _, tb := range []*offTable{&r.v4, &r.v6, &r.owners} {
 		checkTable(t, r, tb)
 	}
+	checkBlocks(t, r)
 	inMore := 0
 	for h, more := range r.more {
 		if len(more) == 0 {
@@ -101,6 +102,50 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 		t.Fatalf("no lookup by owner yet, but the owner index holds %d records", r.owners.n+inMore)
 	}
 	checkOwnersOf(t, r, model, recordsOwners) // which builds the index if need be
+}
+
+// checkBlocks checks the invariants of the dense blocks: each counts its
+// records, which are the records of addresses of its /16 at their index,
+// and holds at least denseUntil of them; no record of a /16 with a block
+// is in v4; denseN counts them all.
+func checkBlocks(t interface{ Fatalf(string, ...any) }, r *records) {
+	if r.dense == nil {
+		if r.denseN != 0 {
+			t.Fatalf("no blocks, but denseN %d", r.denseN)
+		}
+		return
+	}
+	total := 0
+	for s, b := range r.dense {
+		if b == nil {
+			continue
+		}
+		n := 0
+		for j, off := range b.offs {
+			if off == 0 {
+				continue
+			}
+			n++
+			want := netip.AddrFrom4([4]byte{byte(s >> 8), byte(s), byte(j >> 8), byte(j)})
+			if got := r.parse(off).addr(); got != want {
+				t.Fatalf("block %d, index %d: the entry of %s", s, j, got)
+			}
+		}
+		if n != b.n || n < r.denseUntil {
+			t.Fatalf("block %d holds %d records, counts %d (denseUntil %d)", s, n, b.n, r.denseUntil)
+		}
+		total += n
+	}
+	if total != r.denseN {
+		t.Fatalf("blocks hold %d records, denseN %d", total, r.denseN)
+	}
+	for i := range r.v4.span() {
+		if off := r.v4.off(i); off != 0 {
+			if a := r.parse(off).addr(); r.dense[slash16(a)] != nil {
+				t.Fatalf("%s is in v4, but its /16 has a block", a)
+			}
+		}
+	}
 }
 
 // checkTable checks the invariants of tb: a control byte is full exactly
@@ -164,6 +209,11 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 		r.compactAt = rapid.SampledFrom([]int{0, 200, 1 << chunkBits}).Draw(rt, "compactAt")
 		// Prefetch at any size, or as in production (never, at this size).
 		r.prefetchMin = rapid.SampledFrom([]int{0, prefetchFrom}).Draw(rt, "prefetchMin")
+		// Blocks for /16s of a few records, which come and go as the
+		// model runs (the pool's IPv4 addresses are mostly in one /16), or
+		// as in production (never, at this size).
+		dense := rapid.SampledFrom([][2]int{{8, 3}, {2, 1}, {2, 0}, {denseFrom, denseUntil}}).Draw(rt, "dense")
+		r.denseFrom, r.denseUntil = dense[0], dense[1]
 		model := map[netip.Addr]ipaddress.IPAddress{}
 		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), 0))
 		rev := int64(0)
@@ -1022,4 +1072,64 @@ func checked(p ipaddress.ParentRef) *ipaddress.ValidParentRef {
 		panic(err)
 	}
 	return &v
+}
+
+// A /16 that comes to hold denseFrom records is indexed by a block from
+// the next growth of v4 on, and goes back to v4 below denseUntil; a
+// scattered set of as many records gets no block. Every record stays
+// readable throughout.
+func TestAFullSlash16IsIndexedByABlock(t *testing.T) {
+	r := newRecords()
+	model := map[netip.Addr]ipaddress.IPAddress{}
+	p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+	put := func(a netip.Addr) {
+		if _, held := model[a]; held {
+			return // the store checks the address is free first
+		}
+		r.put(a, p, 1, 1)
+		model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(1), Revision: 1}
+	}
+	// Scattered: one address in each of 40k /16s (10.1.1.2 among them).
+	for i := range 40000 {
+		put(netip.AddrFrom4([4]byte{byte(i >> 8), byte(i), 1, 2}))
+	}
+	if r.dense != nil {
+		t.Fatalf("40k records in 40k /16s: %d of them in blocks", r.denseN)
+	}
+	// Dense: every address of 10.1.0.0/16 but a few.
+	for i := range 1 << 16 {
+		if i%64 != 0 {
+			put(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}))
+		}
+	}
+	b := r.dense[0x0a01]
+	if b == nil || b.n != 1<<16-1<<10 || r.denseN != b.n {
+		t.Fatalf("10.1.0.0/16, 64512 records: block %v, denseN %d", b != nil, r.denseN)
+	}
+	checkRecords(t, r, model)
+	// Down to denseUntil: still a block; one fewer: back to v4.
+	for i := range 1 << 16 {
+		a := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+		if _, held := model[a]; !held || r.denseN == denseUntil {
+			continue
+		}
+		if _, ok := r.delete(a); !ok {
+			t.Fatalf("delete(%s) found nothing", a)
+		}
+		delete(model, a)
+	}
+	if r.dense[0x0a01] == nil {
+		t.Fatalf("%d records in the block: it went back to v4 too soon", denseUntil)
+	}
+	for a := range model {
+		if a.As4()[0] == 10 {
+			r.delete(a)
+			delete(model, a)
+			break
+		}
+	}
+	if r.dense != nil || r.denseN != 0 {
+		t.Fatalf("%d records in the /16: still in a block", denseUntil-1)
+	}
+	checkRecords(t, r, model)
 }
