@@ -70,8 +70,9 @@ import (
 // the first, name length 1) and 24 for IPv6, and 40/7/load bytes of slots
 // in each table (a group is 40 bytes), 20 to 25 in all with the owner
 // table, 11 to 14 without; an IPv4 record in a block takes, instead of
-// its address slot, its share of the block's 4 bytes per address (at most
-// 10.7 bytes while the block lives long enough to fill, 4 in a full /16).
+// its address slot, its share of the block's 4 bytes per address (10.7
+// bytes at denseFrom records, 4 in a full /16, up to 32 as the /16 empties
+// toward denseUntil).
 // An owner's records past its second take no owner slot but 4 bytes in
 // more and an entry of morePos (about 10 more).
 //
