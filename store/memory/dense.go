@@ -43,6 +43,14 @@ func (r *records) block(a netip.Addr) (*denseBlock, uint16) {
 	return r.blockOf(a)
 }
 
+// blockOfKey is block for an address as an entry stores it.
+func (r *records) blockOfKey(k addrKey) (*denseBlock, uint16) {
+	if r.dense == nil || k.n != 4 {
+		return nil, 0
+	}
+	return r.dense[uint16(k.lo>>16)], uint16(k.lo)
+}
+
 func (r *records) blockOf(a netip.Addr) (*denseBlock, uint16) {
 	if !a.Is4() {
 		return nil, 0

@@ -408,7 +408,7 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 		return false
 	}
 	r.scopeLive[sid]++
-	if b, j := r.block(a); b != nil {
+	if b, j := r.blockOfKey(key); b != nil {
 		b.offs[j] = off
 		b.n++
 		r.denseN++
