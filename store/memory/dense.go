@@ -115,17 +115,21 @@ func (r *records) densify() bool {
 // block.
 func (r *records) undense(s uint16) {
 	b := r.dense[s]
+	// Room for them all first, while the block still holds them: a growth
+	// may rehash by reading the arena, and must skip them (inBlock), or
+	// they would be in v4 twice.
+	if t := &r.v4; t.n+b.n >= t.full {
+		r.rehash(t, t.sizeFor(t.n+b.n))
+	}
 	r.dense[s] = nil
 	r.denseN -= b.n
 	if r.denseN == 0 {
 		r.dense = nil
 	}
 	for lo, off := range b.offs {
-		if off == 0 {
-			continue
+		if off != 0 {
+			r.insert(&r.v4, r.addrHash4(uint64(s)<<16|uint64(lo)), off)
 		}
-		r.reserve(&r.v4)
-		r.insert(&r.v4, r.addrHash4(uint64(s)<<16|uint64(lo)), off)
 	}
 }
 

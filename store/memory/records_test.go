@@ -1122,7 +1122,7 @@ func TestAFullSlash16IsIndexedByABlock(t *testing.T) {
 		t.Fatalf("%d records in the block: it went back to v4 too soon", denseUntil)
 	}
 	for a := range model {
-		if a.As4()[0] == 10 {
+		if b := a.As4(); b[0] == 10 && b[1] == 1 {
 			r.delete(a)
 			delete(model, a)
 			break
@@ -1130,6 +1130,44 @@ func TestAFullSlash16IsIndexedByABlock(t *testing.T) {
 	}
 	if r.dense != nil || r.denseN != 0 {
 		t.Fatalf("%d records in the /16: still in a block", denseUntil-1)
+	}
+	checkRecords(t, r, model)
+}
+
+// A block that goes back to v4 right after a compaction (an arena with no
+// waste, which a growth of v4 rehashes by reading in order) must not have
+// its records read from the arena as well as put back one by one: here
+// the v4 table is at its bound when the last long-named record of
+// 10.0.0.0/16 goes.
+func TestABlockGoesBackToAFullTableAfterACompaction(t *testing.T) {
+	r := newRecords()
+	r.compactAt, r.denseFrom, r.denseUntil = 0, 2, 2
+	model := map[netip.Addr]ipaddress.IPAddress{}
+	put := func(a netip.Addr, name string) {
+		p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: name}
+		r.put(a, p, 1, 1)
+		model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(1), Revision: 1}
+	}
+	long := strings.Repeat("n", 300)
+	for i := range 3 {
+		put(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), long)
+	}
+	put(netip.AddrFrom4([4]byte{10, 0, 0, 4}), "a") // the growth that makes the block
+	if b, _ := r.block(netip.AddrFrom4([4]byte{10, 0, 0, 4})); b == nil || b.n != 4 {
+		t.Fatalf("10.0.0.0/16 has no block of 4 records")
+	}
+	for i := range r.v4.full {
+		put(netip.AddrFrom4([4]byte{byte(11 + i), 0, 0, 1}), "b")
+	}
+	for i := range 3 {
+		a := netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})
+		if _, ok := r.delete(a); !ok {
+			t.Fatalf("delete(%s) found nothing", a)
+		}
+		delete(model, a)
+	}
+	if r.dense != nil {
+		t.Fatalf("one record left in 10.0.0.0/16: still in a block")
 	}
 	checkRecords(t, r, model)
 }
