@@ -10,10 +10,9 @@ import (
 // their arena offsets, indexed by the address's low 16 bits, 0 where there
 // is none. A lookup is then one load at a place the address gives, where
 // the hash table's costs a hash, a probe of a group and, now and then, an
-// entry read to compare keys; and since the block is a quarter of a
-// megabyte, a range allocated at random reads a few MiB of them, not the
-// tens of MiB of a hash table with the same records (the /12 of the
-// benchmarks: 4 MiB against 14).
+// entry read to compare keys; and a range allocated at random reads its
+// blocks, a quarter of a MiB per /16, not a hash table three times that
+// size (a full /12: 4 MiB of blocks against 14 MB of table).
 //
 // A block costs 4 bytes per address of its /16, and the table 40/7 bytes
 // per slot at up to half full, 11.4 to 14 bytes a record: from about 23k
@@ -61,7 +60,7 @@ func (r *records) blockOf(a netip.Addr) (*denseBlock, uint16) {
 
 // densify gives a block to every /16 with denseFrom or more records in
 // v4, moving them there; it reports whether it moved any. v4 is about to
-// grow (reserve), which reads every entry anyway: counting them first
+// grow (grow), which reads every entry anyway: counting them first
 // makes that at most twice as long, and only for tables that could hold
 // such a /16.
 func (r *records) densify() bool {
