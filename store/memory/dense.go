@@ -74,7 +74,7 @@ func (r *records) densify() bool {
 	for i, n := t.batch(0, nil, offs[:]); n > 0; i, n = t.batch(i, nil, offs[:]) {
 		r.arena.touch(offs[:n])
 		for _, off := range offs[:n] {
-			counts[slash16(r.parse(off).addr())]++
+			counts[keySlash16(r.parse(off).key)]++
 		}
 	}
 	moved := false
@@ -95,14 +95,13 @@ func (r *records) densify() bool {
 	for i, n := t.batch(0, slots[:], offs[:]); n > 0; i, n = t.batch(i, slots[:], offs[:]) {
 		r.arena.touch(offs[:n])
 		for k, off := range offs[:n] {
-			f := r.parse(off)
-			a := f.addr()
-			b, j := r.block(a)
+			key := r.parse(off).key
+			b := r.dense[keySlash16(key)]
 			if b == nil {
 				continue
 			}
-			r.removeAt(t, slots[k], r.addrHash(f.key))
-			b.offs[j] = off
+			r.removeAt(t, slots[k], r.addrHash(key))
+			b.offs[uint16(key[2])<<8|uint16(key[3])] = off
 			b.n++
 			r.denseN++
 		}
@@ -173,11 +172,11 @@ func (d denseAt) addr() netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(d.s >> 8), byte(d.s), byte(d.j >> 8), byte(d.j)})
 }
 
-// inBlock reports whether the entry f, of an IPv4 record, is held in a
-// block.
-func (r *records) inBlock(f fields) bool {
-	if r.dense == nil || len(f.key) != 4 {
-		return false
-	}
-	return r.dense[uint16(f.key[0])<<8|uint16(f.key[1])] != nil
+// inBlock reports whether the record of address key, as an entry stores
+// it, is held in a block.
+func (r *records) inBlock(key []byte) bool {
+	return r.dense != nil && len(key) == 4 && r.dense[keySlash16(key)] != nil
 }
+
+// keySlash16 is slash16 of an IPv4 address as an entry stores it.
+func keySlash16(key []byte) uint16 { return uint16(key[0])<<8 | uint16(key[1]) }

@@ -767,20 +767,7 @@ func (r *records) indexOwners() {
 		sids  [batchLen]uint32
 		names [batchLen]string
 	)
-	for _, t := range [...]*offTable{&r.v4, &r.v6} {
-		for i, n := t.batch(0, nil, offs[:]); n > 0; i, n = t.batch(i, nil, offs[:]) {
-			r.arena.touch(offs[:n])
-			for k, off := range offs[:n] {
-				sids[k], names[k], _ = ownerOf(r.arena.bytes(off))
-				hs[k] = r.ownerHash(sids[k], names[k])
-			}
-			r.touchHomes(&r.owners, hs[:n])
-			for k, off := range offs[:n] {
-				r.addOwner(hs[k], sids[k], names[k], off)
-			}
-		}
-	}
-	r.denseBatches(func(offs []uint32, _ []denseAt) {
+	index := func(offs []uint32) {
 		r.arena.touch(offs)
 		for k, off := range offs {
 			sids[k], names[k], _ = ownerOf(r.arena.bytes(off))
@@ -790,7 +777,13 @@ func (r *records) indexOwners() {
 		for k, off := range offs {
 			r.addOwner(hs[k], sids[k], names[k], off)
 		}
-	})
+	}
+	for _, t := range [...]*offTable{&r.v4, &r.v6} {
+		for i, n := t.batch(0, nil, offs[:]); n > 0; i, n = t.batch(i, nil, offs[:]) {
+			index(offs[:n])
+		}
+	}
+	r.denseBatches(func(offs []uint32, _ []denseAt) { index(offs) })
 }
 
 // batchLen is how many entries the loops over a whole table (rehash,
@@ -858,21 +851,11 @@ func (r *records) compact() {
 		for i, n := src.batch(0, slots[:], offs[:]); n > 0; i, n = src.batch(i, slots[:], offs[:]) {
 			old.touch(offs[:n])
 			for k, i := range slots[:n] {
-				b := old.bytes(offs[k])
-				f := parseBytes(b, r.base)
-				noff, ok := r.arena.addRaw(b[:f.size])
-				if !ok {
-					// Compaction runs when more than half the arena is
-					// waste, so the live entries fit in fewer chunks.
-					panic("memory store: live records outgrew the arena in a compaction")
-				}
+				noff, key := r.copyEntry(&old, offs[k])
 				if src == t {
 					t.setOff(i, noff) // same address: same slot
 				} else {
-					r.insert(t, r.addrHash(f.key), noff)
-				}
-				if r.ownersIndexed {
-					r.addOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, noff)
+					r.insert(t, r.addrHash(key), noff)
 				}
 			}
 		}
@@ -880,18 +863,27 @@ func (r *records) compact() {
 	r.denseBatches(func(offs []uint32, at []denseAt) {
 		old.touch(offs)
 		for k, off := range offs {
-			b := old.bytes(off)
-			f := parseBytes(b, r.base)
-			noff, ok := r.arena.addRaw(b[:f.size])
-			if !ok {
-				panic("memory store: live records outgrew the arena in a compaction")
-			}
-			at[k].b.offs[at[k].j] = noff
-			if r.ownersIndexed {
-				r.addOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, noff)
-			}
+			at[k].b.offs[at[k].j], _ = r.copyEntry(&old, off)
 		}
 	})
+}
+
+// copyEntry copies the entry at off in old, a compaction's old arena,
+// into r's arena and indexes it by owner if r does; it returns its new
+// offset and its address as the entry stores it (in old).
+func (r *records) copyEntry(old *arena, off uint32) (uint32, []byte) {
+	b := old.bytes(off)
+	f := parseBytes(b, r.base)
+	noff, ok := r.arena.addRaw(b[:f.size])
+	if !ok {
+		// Compaction runs when more than half the arena is waste, so
+		// the live entries fit in fewer chunks.
+		panic("memory store: live records outgrew the arena in a compaction")
+	}
+	if r.ownersIndexed {
+		r.addOwner(r.ownerHash(f.sid, f.name), f.sid, f.name, noff)
+	}
+	return noff, f.key
 }
 
 // Hashing.
@@ -1212,11 +1204,11 @@ func (r *records) rehash(t *offTable, size int) {
 	var hs [batchLen]uint64
 	n := 0
 	// The owner table holds one slot per owner, not per entry: it is
-	// always rebuilt from its own slots. So is v4 when blocks hold more
-	// IPv4 records than it does: the arena would be read mostly for
-	// entries that stay in their blocks (a sequential fill of a /8 took
-	// ten times as long).
-	if r.arena.waste == 0 && !t.owner() && (t != &r.v4 || r.denseN <= old.n) {
+	// always rebuilt from its own slots. So is a table that holds less
+	// than half the records: the arena would be read mostly for entries
+	// of the other family or of blocks (with most IPv4 records in blocks,
+	// a sequential fill of a /8 took ten times as long).
+	if r.arena.waste == 0 && !t.owner() && 2*old.n >= r.len() {
 		a := &r.arena
 		for ci, c := range a.chunks {
 			p := 0
@@ -1225,7 +1217,7 @@ func (r *records) rehash(t *offTable, size int) {
 			}
 			for p < len(c) {
 				f := parseBytes(c[p:], r.base)
-				if (len(f.key) == 16) == (t == &r.v6) && !r.inBlock(f) {
+				if (len(f.key) == 16) == (t == &r.v6) && !r.inBlock(f.key) {
 					offs[n] = uint32(ci)<<chunkBits | uint32(p)
 					hs[n] = r.addrHash(f.key)
 					if n++; n == len(offs) {
