@@ -1,27 +1,34 @@
 package memory
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"net/netip"
 
 	"github.com/netipam/netipam/internal/u128"
 )
 
-// denseBlock holds the IPv4 records of one /16 that holds many of them:
-// their arena offsets, indexed by the address's low 16 bits, 0 where there
-// is none. A lookup is then one load at a place the address gives, where
-// the hash table's costs a hash, a probe of a group and, now and then, an
-// entry read to compare keys; and a range allocated at random reads its
-// blocks, a quarter of a MiB per /16, not a hash table three times that
-// size (a full /12: 4 MiB of blocks against 14 MB of table).
+// denseBlock holds the records of the 65,536 addresses of one IPv4 /16 or
+// IPv6 /112 that holds many of them: their arena offsets, indexed by the
+// address's low 16 bits, 0 where there is none. A lookup is then one load
+// at a place the address gives, where the hash table's costs a hash, a
+// probe of a group and, now and then, an entry read to compare keys; and a
+// range allocated at random reads its blocks, a quarter of a MiB per /16,
+// not a hash table three times that size (a full /12: 4 MiB of blocks
+// against 14 MB of table). In IPv6, where no range is filled, a block is
+// what an address packed among millions of others (handed out in order,
+// or a /112 filled) takes; the scattered ones stay in the table, which is
+// then as small as they are few.
 //
-// A block costs 4 bytes per address of its /16, and the table 40/7 bytes
-// per slot at up to half full, 11.4 to 14 bytes a record: from about 23k
-// records a /16 (3/8 of it, denseFrom) the block is not larger. It goes
-// back to the table below 8192 records (denseUntil), so that records
-// coming and going near one bound do not move the /16 back and forth.
+// A block costs 4 bytes per address, and the table 40/7 bytes per slot at
+// up to half full, 11.4 to 14 bytes a record: from about 23k records a
+// block's addresses (3/8 of them, denseFrom) the block is not larger. It
+// goes back to the table below 8192 records (denseUntil), so that records
+// coming and going near one bound do not move it back and forth.
 type denseBlock struct {
 	offs [1 << 16]uint32
 	n    int // records
+	id   blockID
 }
 
 const (
@@ -29,131 +36,336 @@ const (
 	denseUntil = 1 << 13
 )
 
-// slash16 returns the /16 of an IPv4 address: its upper 16 bits.
-func slash16(a netip.Addr) uint16 { return uint16(u128.FromAddr(a).Lo >> 16) }
+// blockID names the addresses a block holds: an IPv4 /16 or an IPv6 /112,
+// as the first of them, with its low 16 bits 0.
+type blockID struct {
+	hi, lo uint64 // IPv4: in the low 32 bits of lo
+	v6     bool
+}
 
-// block returns the block of a's /16 and a's index in it, or nil if a is
-// IPv6 or its /16 has no block. The test of dense is all that a store
+// blockTable holds blocks by their prefix, open-addressed: a lookup is a
+// hash, mostly one slot and a comparison of two words, where a Go map's
+// took about a hundred instructions (four lookups a cycle, +13 %
+// instructions in a /64 holding 100k packed addresses). The zero value is
+// empty. It is for the few blocks a store has (one per 65,536 addresses),
+// kept at most half full, and rebuilt when one goes.
+type blockTable struct {
+	slots []blockSlot // a power of two of them, or none
+	n     int
+}
+
+type blockSlot struct {
+	hi, lo uint64 // the prefix: a blockID's
+	b      *denseBlock
+}
+
+func blockHash(hi, lo uint64) uint64 { return mix64(hi ^ bits.RotateLeft64(lo, 32)) }
+
+// get returns the block of prefix hi, lo, or nil.
+func (t *blockTable) get(hi, lo uint64) *denseBlock {
+	if t.n == 0 {
+		return nil
+	}
+	m := uint64(len(t.slots) - 1)
+	for i := blockHash(hi, lo) & m; ; i = (i + 1) & m {
+		if s := &t.slots[i]; s.b == nil || s.hi == hi && s.lo == lo {
+			return s.b
+		}
+	}
+}
+
+// put adds b, whose prefix has no block.
+func (t *blockTable) put(b *denseBlock) {
+	if 2*(t.n+1) > len(t.slots) {
+		old := t.slots
+		t.slots, t.n = make([]blockSlot, max(8, 2*len(old))), 0
+		for _, s := range old {
+			if s.b != nil {
+				t.put(s.b)
+			}
+		}
+	}
+	m := uint64(len(t.slots) - 1)
+	i := blockHash(b.id.hi, b.id.lo) & m
+	for t.slots[i].b != nil {
+		i = (i + 1) & m
+	}
+	t.slots[i] = blockSlot{b.id.hi, b.id.lo, b}
+	t.n++
+}
+
+// drop removes the block of prefix hi, lo, rebuilding the table.
+func (t *blockTable) drop(hi, lo uint64) {
+	old := t.slots
+	*t = blockTable{}
+	for _, s := range old {
+		if s.b != nil && (s.hi != hi || s.lo != lo) {
+			t.put(s.b)
+		}
+	}
+}
+
+// blockIDOf returns the block a's record would be in, and a's index in it.
+func blockIDOf(a netip.Addr) (blockID, uint16) {
+	x := u128.FromAddr(a)
+	return blockID{hi: x.Hi, lo: x.Lo &^ 0xffff, v6: !a.Is4()}, uint16(x.Lo)
+}
+
+// blockIDOfKey is blockIDOf for an address as an entry stores it.
+func blockIDOfKey(key []byte) (blockID, uint16) {
+	j := binary.BigEndian.Uint16(key[len(key)-2:])
+	if len(key) == 4 {
+		return blockID{lo: uint64(binary.BigEndian.Uint16(key)) << 16}, j
+	}
+	return blockID{hi: binary.BigEndian.Uint64(key), lo: binary.BigEndian.Uint64(key[8:]) &^ 0xffff, v6: true}, j
+}
+
+// addr returns the address at index j of block id.
+func (id blockID) addr(j uint16) netip.Addr {
+	if !id.v6 {
+		return netip.AddrFrom4([4]byte{byte(id.lo >> 24), byte(id.lo >> 16), byte(j >> 8), byte(j)})
+	}
+	return u128.U128{Hi: id.hi, Lo: id.lo | uint64(j)}.Addr(false)
+}
+
+// hash returns the address hash (addrHash) of index j of block id.
+func (r *records) hashAt(id blockID, j uint16) uint64 {
+	if !id.v6 {
+		return r.addrHash4(id.lo | uint64(j))
+	}
+	return r.addrHash16(id.hi, id.lo|uint64(j))
+}
+
+// block returns the block of a's addresses and a's index in it, or nil if
+// they have none. The test that there are none is all that a store
 // without blocks pays, inlined.
 func (r *records) block(a netip.Addr) (*denseBlock, uint16) {
-	if r.dense == nil {
+	if r.blocks == 0 {
 		return nil, 0
 	}
 	return r.blockOf(a)
 }
 
-// blockOfKey is block for an address as an entry stores it.
-func (r *records) blockOfKey(k addrKey) (*denseBlock, uint16) {
-	if r.dense == nil || k.n != 4 {
-		return nil, 0
-	}
-	return r.dense[uint16(k.lo>>16)], uint16(k.lo)
-}
-
 func (r *records) blockOf(a netip.Addr) (*denseBlock, uint16) {
 	if !a.Is4() {
+		return r.blockOf6(a)
+	}
+	if r.dense == nil {
 		return nil, 0
 	}
 	v := u128.FromAddr(a).Lo
 	return r.dense[uint16(v>>16)], uint16(v)
 }
 
-// densify gives a block to every /16 with denseFrom or more records in
-// v4, moving them there; it reports whether it moved any. v4 is about to
-// grow (grow), which reads every entry anyway: counting them first
-// makes that at most twice as long, and only for tables that could hold
-// such a /16.
-func (r *records) densify() bool {
-	t := &r.v4
-	if t.n < r.denseFrom {
+func (r *records) blockOf6(a netip.Addr) (*denseBlock, uint16) {
+	if r.dense6.n == 0 {
+		return nil, 0
+	}
+	x := u128.FromAddr(a)
+	return r.dense6.get(x.Hi, x.Lo&^0xffff), uint16(x.Lo)
+}
+
+// blockOfKey is block for an address as an entry stores it.
+func (r *records) blockOfKey(k addrKey) (*denseBlock, uint16) {
+	if r.blocks == 0 {
+		return nil, 0
+	}
+	return r.blockOfKeyIn(k)
+}
+
+func (r *records) blockOfKeyIn(k addrKey) (*denseBlock, uint16) {
+	if k.n == 4 {
+		if r.dense == nil {
+			return nil, 0
+		}
+		return r.dense[uint16(k.lo>>16)], uint16(k.lo)
+	}
+	if r.dense6.n == 0 {
+		return nil, 0
+	}
+	return r.dense6.get(k.hi, k.lo&^0xffff), uint16(k.lo)
+}
+
+// blockAt returns block id, or nil.
+func (r *records) blockAt(id blockID) *denseBlock {
+	if !id.v6 {
+		if r.dense == nil {
+			return nil
+		}
+		return r.dense[uint16(id.lo>>16)]
+	}
+	return r.dense6.get(id.hi, id.lo)
+}
+
+// addBlock gives id a block, empty.
+func (r *records) addBlock(id blockID) *denseBlock {
+	b := &denseBlock{id: id}
+	r.blocks++
+	if !id.v6 {
+		if r.dense == nil {
+			r.dense = new([1 << 16]*denseBlock)
+		}
+		r.dense[uint16(id.lo>>16)] = b
+		r.dense4++
+		return b
+	}
+	r.dense6.put(b)
+	return b
+}
+
+// dropBlock drops block id; its records must be elsewhere by then.
+func (r *records) dropBlock(id blockID) {
+	r.blocks--
+	if !id.v6 {
+		r.dense[uint16(id.lo>>16)] = nil
+		if r.dense4--; r.dense4 == 0 {
+			r.dense = nil
+		}
+		return
+	}
+	r.dense6.drop(id.hi, id.lo)
+}
+
+// densifyBuckets is how many counters densify spreads IPv6 blocks over.
+const densifyBuckets = 1 << 16
+
+// bucket returns the counter of densify's first pass for block id: an
+// IPv4 /16's own, an IPv6 /112's by a hash (which many /112s share).
+func (id blockID) bucket() int {
+	if !id.v6 {
+		return int(id.lo >> 16)
+	}
+	return int(mix64(id.hi^mix64(id.lo)) % densifyBuckets)
+}
+
+// densify gives a block to every /16 (v4) or /112 (v6) with denseFrom or
+// more records in t, moving them there; it reports whether it moved any.
+// t is about to grow (grow), which reads every entry anyway: counting them
+// first makes that at most twice as long, and only for tables that could
+// hold such a prefix. The first pass counts records by bucket; only when a
+// bucket reaches denseFrom are the /112s in such buckets counted one by
+// one (an IPv4 bucket is one /16 already), so that millions of scattered
+// IPv6 records cost no map of millions of /112s.
+func (r *records) densify(t *offTable) bool {
+	if t.owner() || t.n < r.denseFrom {
 		return false
 	}
-	counts := make([]int32, 1<<16)
-	var offs [batchLen]uint32
-	var slots [batchLen]int
-	for i, n := t.batch(0, nil, offs[:]); n > 0; i, n = t.batch(i, nil, offs[:]) {
-		r.arena.touch(offs[:n])
-		for _, off := range offs[:n] {
-			counts[keySlash16(r.parse(off).key)]++
-		}
-	}
-	moved := false
-	for s, c := range counts {
-		if int(c) >= r.denseFrom {
-			if r.dense == nil {
-				r.dense = new([1 << 16]*denseBlock)
+	v6 := t == &r.v6
+	counts := make([]int32, densifyBuckets)
+	r.eachKey(t, func(key []byte, _ int, _ uint32) {
+		id, _ := blockIDOfKey(key)
+		counts[id.bucket()]++
+	})
+	added := false
+	if v6 {
+		exact := map[blockID]int{}
+		for _, c := range counts {
+			if int(c) < r.denseFrom {
+				continue
 			}
-			r.dense[s] = new(denseBlock)
-			moved = true
+			r.eachKey(t, func(key []byte, _ int, _ uint32) {
+				if id, _ := blockIDOfKey(key); int(counts[id.bucket()]) >= r.denseFrom {
+					exact[id]++
+				}
+			})
+			break
+		}
+		for id, c := range exact {
+			if c >= r.denseFrom {
+				r.addBlock(id)
+				added = true
+			}
+		}
+	} else {
+		for s, c := range counts {
+			if int(c) >= r.denseFrom {
+				r.addBlock(blockID{lo: uint64(s) << 16})
+				added = true
+			}
 		}
 	}
-	if !moved {
+	if !added {
 		return false
 	}
 	// Emptying slots moves no entry (see removeIn), so the walk goes on
 	// past them.
-	for i, n := t.batch(0, slots[:], offs[:]); n > 0; i, n = t.batch(i, slots[:], offs[:]) {
-		r.arena.touch(offs[:n])
-		for k, off := range offs[:n] {
-			key := r.parse(off).key
-			b := r.dense[keySlash16(key)]
-			if b == nil {
-				continue
-			}
-			r.removeAt(t, slots[k], r.addrHash(key))
-			b.offs[uint16(key[2])<<8|uint16(key[3])] = off
+	r.eachKey(t, func(key []byte, slot int, off uint32) {
+		id, j := blockIDOfKey(key)
+		if b := r.blockAt(id); b != nil {
+			r.removeAt(t, slot, r.addrHash(key))
+			b.offs[j] = off
 			b.n++
 			r.denseN++
 		}
-	}
+	})
 	return true
 }
 
-// undense moves the records of /16 s's block back into v4 and drops the
-// block.
-func (r *records) undense(s uint16) {
-	b := r.dense[s]
+// eachKey calls fn with the address (as its entry stores it), the slot
+// and the offset of every entry of t, reading the arena a batch at a time
+// (see arena.touch).
+func (r *records) eachKey(t *offTable, fn func(key []byte, slot int, off uint32)) {
+	var offs [batchLen]uint32
+	var slots [batchLen]int
+	for i, n := t.batch(0, slots[:], offs[:]); n > 0; i, n = t.batch(i, slots[:], offs[:]) {
+		r.arena.touch(offs[:n])
+		for k, off := range offs[:n] {
+			fn(r.parse(off).key, slots[k], off)
+		}
+	}
+}
+
+// undense moves the records of block b back into its family's table and
+// drops the block.
+func (r *records) undense(b *denseBlock) {
+	t := &r.v4
+	if b.id.v6 {
+		t = &r.v6
+	}
 	// Room for them all first, while the block still holds them: a growth
 	// may rehash by reading the arena, and must skip them (inBlock), or
-	// they would be in v4 twice.
-	if t := &r.v4; t.n+b.n >= t.full {
+	// they would be in the table twice.
+	if t.n+b.n >= t.full {
 		r.rehash(t, t.sizeFor(t.n+b.n))
 	}
-	r.dense[s] = nil
+	r.dropBlock(b.id)
 	r.denseN -= b.n
-	if r.denseN == 0 {
-		r.dense = nil
-	}
-	for lo, off := range b.offs {
+	for j, off := range b.offs {
 		if off != 0 {
-			r.insert(&r.v4, r.addrHash4(uint64(s)<<16|uint64(lo)), off)
+			r.insert(t, r.hashAt(b.id, uint16(j)), off)
 		}
 	}
 }
 
 // denseBatches calls fn with the offsets of the records in blocks,
-// batchLen at a time, and, unless nil, where each is (its block and index),
-// so that fn can load a batch's entries all at once (see arena.touch).
+// batchLen at a time, and where each is (its block and index), so that fn
+// can load a batch's entries all at once (see arena.touch).
 func (r *records) denseBatches(fn func(offs []uint32, at []denseAt)) {
-	if r.dense == nil {
-		return
-	}
 	var offs [batchLen]uint32
 	var at [batchLen]denseAt
 	n := 0
-	for s, b := range r.dense {
-		if b == nil {
-			continue
-		}
+	each := func(b *denseBlock) {
 		for j, off := range b.offs {
 			if off == 0 {
 				continue
 			}
-			offs[n], at[n] = off, denseAt{b, uint16(s), uint16(j)}
+			offs[n], at[n] = off, denseAt{b, uint16(j)}
 			if n++; n == batchLen {
 				fn(offs[:], at[:])
 				n = 0
 			}
+		}
+	}
+	if r.dense != nil {
+		for _, b := range r.dense {
+			if b != nil {
+				each(b)
+			}
+		}
+	}
+	for _, s := range r.dense6.slots {
+		if s.b != nil {
+			each(s.b)
 		}
 	}
 	if n > 0 {
@@ -161,22 +373,21 @@ func (r *records) denseBatches(fn func(offs []uint32, at []denseAt)) {
 	}
 }
 
-// denseAt is where a record in a block is: the block of /16 s, index j.
+// denseAt is where a record in a block is: block b, index j.
 type denseAt struct {
-	b    *denseBlock
-	s, j uint16
+	b *denseBlock
+	j uint16
 }
 
 // addr returns the address of the record at d.
-func (d denseAt) addr() netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(d.s >> 8), byte(d.s), byte(d.j >> 8), byte(d.j)})
-}
+func (d denseAt) addr() netip.Addr { return d.b.id.addr(d.j) }
 
 // inBlock reports whether the record of address key, as an entry stores
 // it, is held in a block.
 func (r *records) inBlock(key []byte) bool {
-	return r.dense != nil && len(key) == 4 && r.dense[keySlash16(key)] != nil
+	if r.blocks == 0 {
+		return false
+	}
+	id, _ := blockIDOfKey(key)
+	return r.blockAt(id) != nil
 }
-
-// keySlash16 is slash16 of an IPv4 address as an entry stores it.
-func keySlash16(key []byte) uint16 { return uint16(key[0])<<8 | uint16(key[1]) }

@@ -31,11 +31,11 @@ import (
 // one seen (base), modulo 2^32, so it is a few bytes, not five.
 //
 // Three hash tables of arena offsets index the entries: v4 and v6 by
-// address (but for the IPv4 records of /16s that hold many, which a block
-// per /16 indexes by address instead: see denseBlock), owners by owner
-// (scope and name), one slot per record, so an owner with several
-// addresses (dual-stack, or hundreds) has several slots, all with the same
-// hash (up to ownerSlots; see more). The tables probe
+// address (but for the records of IPv4 /16s and IPv6 /112s that hold
+// many, which a block per prefix indexes by address instead: see
+// denseBlock), owners by owner (scope and name), one slot per record, so
+// an owner with several addresses (dual-stack, or hundreds) has several
+// slots, all with the same hash (up to ownerSlots; see more). The tables probe
 // groups of 7 slots, SwissTable's way (see offTable): a slot is its offset
 // (4 bytes) and a control byte that holds 7 more bits of the hash (so a
 // lookup reads the arena of almost only the entry it wants), and the
@@ -69,9 +69,9 @@ import (
 // (header 1, address 4, revision 3 below 2^21, created 3 within 24 days of
 // the first, name length 1) and 24 for IPv6, and 40/7/load bytes of slots
 // in each table (a group is 40 bytes), 20 to 25 in all with the owner
-// table, 11 to 14 without; an IPv4 record in a block takes, instead of
-// its address slot, its share of the block's 4 bytes per address (10.7
-// bytes at denseFrom records, 4 in a full /16, up to 32 as the /16 empties
+// table, 11 to 14 without; a record in a block takes, instead of its
+// address slot, its share of the block's 4 bytes per address (10.7 bytes
+// at denseFrom records, 4 in a full /16 or /112, up to 32 as it empties
 // toward denseUntil).
 // An owner's records past its second take no owner slot but 4 bytes in
 // more and an entry of morePos (about 10 more).
@@ -83,15 +83,20 @@ import (
 // tables if they are mostly empty).
 type records struct {
 	v4, v6 offTable
-	// dense holds, by /16, the IPv4 records of the /16s that hold many,
-	// in blocks indexed by address (see denseBlock); nil while no /16 has
-	// one. A /16 with a block has none of its records in v4. denseN
-	// counts the records in blocks.
+	// dense holds, by /16, the blocks of the IPv4 /16s that hold many
+	// records, indexed by address (see denseBlock), nil while none has
+	// one; dense4 counts them. dense6 holds those of IPv6 /112s, by
+	// /112. A prefix with a block has none of its records in its
+	// family's table. blocks counts the blocks, denseN the records in
+	// them.
 	dense  *[1 << 16]*denseBlock
+	dense4 int
+	dense6 blockTable
+	blocks int
 	denseN int
-	// denseFrom is how many records of one /16 in v4 give it a block when
-	// v4 grows; a block with fewer than denseUntil goes back to v4. Tests
-	// lower both.
+	// denseFrom is how many records of one prefix in a table give it a
+	// block when the table grows; a block with fewer than denseUntil goes
+	// back to the table. Tests lower both.
 	denseFrom, denseUntil int
 	// owners holds up to ownerSlots slots per owner, each the entry of one
 	// of its records; an owner's further records are in more, under the
@@ -641,7 +646,7 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 			return ipaddress.IPAddress{}, false
 		}
 		rec := r.recordOf(a, r.parse(off))
-		r.removeDense(a, b, j)
+		r.removeDense(b, j)
 		return rec, true
 	}
 	t := r.table(a)
@@ -660,7 +665,7 @@ func (r *records) remove(a netip.Addr) bool {
 		if b.offs[j] == 0 {
 			return false
 		}
-		r.removeDense(a, b, j)
+		r.removeDense(b, j)
 		return true
 	}
 	t := r.table(a)
@@ -680,17 +685,17 @@ func (r *records) removeSlot(t *offTable, i int, h uint64) {
 	r.dropEntry(off)
 }
 
-// removeDense removes the record of a, held in entry j of its /16's
-// block b, its owner slot and its entry; a block left with fewer than
-// denseUntil records goes back to v4.
-func (r *records) removeDense(a netip.Addr, b *denseBlock, j uint16) {
+// removeDense removes the record held in entry j of block b, its owner
+// slot and its entry; a block left with fewer than denseUntil records
+// goes back to its family's table.
+func (r *records) removeDense(b *denseBlock, j uint16) {
 	off := b.offs[j]
 	b.offs[j] = 0
 	b.n--
 	r.denseN--
 	r.dropEntry(off) // may compact, which moves b's offsets
 	if b.n < r.denseUntil {
-		r.undense(slash16(a))
+		r.undense(b)
 	}
 }
 
@@ -1177,10 +1182,10 @@ func (r *records) reserve(t *offTable) {
 	r.grow(t)
 }
 
-// grow makes room in t, which is at its load bound: IPv4 records of
-// /16s that hold many go to blocks (densify), or the table grows.
+// grow makes room in t, which is at its load bound: the records of
+// prefixes that hold many go to blocks (densify), or the table grows.
 func (r *records) grow(t *offTable) {
-	if t == &r.v4 && r.densify() && t.n < t.full/2 {
+	if r.densify(t) && t.n < t.full/2 {
 		// Most went to blocks: the table is sized for what is left.
 		r.rehash(t, t.sizeFor(t.n+1))
 		return

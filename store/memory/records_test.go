@@ -105,48 +105,77 @@ func checkRecords(t interface{ Fatalf(string, ...any) }, r *records, model map[n
 }
 
 // checkBlocks checks the invariants of the dense blocks: each counts its
-// records, which are the records of addresses of its /16 at their index,
-// and holds at least denseUntil of them; no record of a /16 with a block
-// is in v4; denseN counts them all.
+// records, which are the records of addresses of its prefix at their
+// index, and holds at least denseUntil of them; each is indexed under its
+// own prefix, and an index is nil when it holds none; no record of a
+// prefix with a block is in its family's table; denseN counts them all.
 func checkBlocks(t interface{ Fatalf(string, ...any) }, r *records) {
-	if r.dense == nil {
-		if r.denseN != 0 {
-			t.Fatalf("no blocks, but denseN %d", r.denseN)
+	var blocks []*denseBlock
+	if r.dense != nil {
+		for s, b := range r.dense {
+			if b != nil {
+				if b.id != (blockID{lo: uint64(s) << 16}) {
+					t.Fatalf("the block of /16 %d is %+v's", s, b.id)
+				}
+				blocks = append(blocks, b)
+			}
 		}
-		return
 	}
-	total := 0
-	for s, b := range r.dense {
-		if b == nil {
+	if len(blocks) != r.dense4 || (r.dense == nil) != (r.dense4 == 0) {
+		t.Fatalf("%d IPv4 blocks, dense4 %d, index nil %v", len(blocks), r.dense4, r.dense == nil)
+	}
+	n6 := 0
+	for _, s := range r.dense6.slots {
+		if s.b == nil {
 			continue
 		}
+		if s.b.id != (blockID{hi: s.hi, lo: s.lo, v6: true}) || s.lo&0xffff != 0 {
+			t.Fatalf("the block of /112 %x:%x is %+v's", s.hi, s.lo, s.b.id)
+		}
+		if r.dense6.get(s.hi, s.lo) != s.b {
+			t.Fatalf("the block of /112 %x:%x is not found", s.hi, s.lo)
+		}
+		blocks = append(blocks, s.b)
+		n6++
+	}
+	if n6 != r.dense6.n || 2*n6 > len(r.dense6.slots) && n6 > 0 {
+		t.Fatalf("%d IPv6 blocks, count %d, %d slots", n6, r.dense6.n, len(r.dense6.slots))
+	}
+	if len(blocks) != r.blocks {
+		t.Fatalf("%d blocks, count %d", len(blocks), r.blocks)
+	}
+	total := 0
+	for _, b := range blocks {
 		n := 0
 		for j, off := range b.offs {
 			if off == 0 {
 				continue
 			}
 			n++
-			want := netip.AddrFrom4([4]byte{byte(s >> 8), byte(s), byte(j >> 8), byte(j)})
-			if got := r.parse(off).addr(); got != want {
-				t.Fatalf("block %d, index %d: the entry of %s", s, j, got)
+			if got, want := r.parse(off).addr(), b.id.addr(uint16(j)); got != want {
+				t.Fatalf("block %+v, index %d: the entry of %s, want %s", b.id, j, got, want)
 			}
 		}
 		if n != b.n || n < r.denseUntil {
-			t.Fatalf("block %d holds %d records, counts %d (denseUntil %d)", s, n, b.n, r.denseUntil)
+			t.Fatalf("block %+v holds %d records, counts %d (denseUntil %d)", b.id, n, b.n, r.denseUntil)
 		}
 		total += n
 	}
 	if total != r.denseN {
 		t.Fatalf("blocks hold %d records, denseN %d", total, r.denseN)
 	}
-	for i := range r.v4.span() {
-		if off := r.v4.off(i); off != 0 {
-			if a := r.parse(off).addr(); r.dense[slash16(a)] != nil {
-				t.Fatalf("%s is in v4, but its /16 has a block", a)
+	for _, tb := range []*offTable{&r.v4, &r.v6} {
+		for i := range tb.span() {
+			if off := tb.off(i); off != 0 {
+				if a := r.parse(off).addr(); r.blockAt(idOnly(blockIDOf(a))) != nil {
+					t.Fatalf("%s is in its table, but its prefix has a block", a)
+				}
 			}
 		}
 	}
 }
+
+func idOnly(id blockID, _ uint16) blockID { return id }
 
 // checkTable checks the invariants of tb: a control byte is full exactly
 // when its slot's offset is not 0 (and a group's unused eighth offset is
@@ -1074,64 +1103,131 @@ func checked(p ipaddress.ParentRef) *ipaddress.ValidParentRef {
 	return &v
 }
 
-// A /16 that comes to hold denseFrom records is indexed by a block from
-// the next growth of v4 on, and goes back to v4 below denseUntil; a
-// scattered set of as many records gets no block. Every record stays
-// readable throughout.
-func TestAFullSlash16IsIndexedByABlock(t *testing.T) {
+// A /16 (IPv4) or /112 (IPv6) that comes to hold denseFrom records is
+// indexed by a block from the next growth of its table on, and goes back
+// to the table below denseUntil; a scattered set of as many records gets
+// no block. Every record stays readable throughout.
+func TestAFullPrefixIsIndexedByABlock(t *testing.T) {
+	for _, fam := range []struct {
+		name string
+		// addr returns address j of prefix i (an IPv4 /16 or IPv6 /112).
+		addr func(i, j int) netip.Addr
+	}{
+		{"ipv4", func(i, j int) netip.Addr {
+			return netip.AddrFrom4([4]byte{byte(i >> 8), byte(i), byte(j >> 8), byte(j)})
+		}},
+		{"ipv6", func(i, j int) netip.Addr {
+			return netip.AddrFrom16([16]byte{0: 0xfd, 11: byte(i >> 16), 12: byte(i >> 8), 13: byte(i), 14: byte(j >> 8), 15: byte(j)})
+		}},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			r := newRecords()
+			model := map[netip.Addr]ipaddress.IPAddress{}
+			p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+			put := func(a netip.Addr) {
+				if _, held := model[a]; held {
+					return // the store checks the address is free first
+				}
+				r.put(a, p, 1, 1)
+				model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(1), Revision: 1}
+			}
+			// Scattered: one address in each of 40k prefixes (the dense
+			// one, 0x0a01, among them).
+			for i := range 40000 {
+				put(fam.addr(i, 0x0102))
+			}
+			if r.denseN != 0 || r.dense != nil || r.dense6.n != 0 {
+				t.Fatalf("40k records in 40k prefixes: %d of them in blocks", r.denseN)
+			}
+			dense, _ := blockIDOf(fam.addr(0x0a01, 0))
+			// Dense: every address of prefix 0x0a01 but a few.
+			for j := range 1 << 16 {
+				if j%64 != 0 {
+					put(fam.addr(0x0a01, j))
+				}
+			}
+			b := r.blockAt(dense)
+			if b == nil || b.n != 1<<16-1<<10 || r.denseN != b.n {
+				t.Fatalf("%s, 64512 records: block %v, denseN %d", fam.addr(0x0a01, 0), b != nil, r.denseN)
+			}
+			checkRecords(t, r, model)
+			// Down to denseUntil: still a block; one fewer: back to the
+			// table.
+			for j := range 1 << 16 {
+				a := fam.addr(0x0a01, j)
+				if _, held := model[a]; !held || r.denseN == denseUntil {
+					continue
+				}
+				if _, ok := r.delete(a); !ok {
+					t.Fatalf("delete(%s) found nothing", a)
+				}
+				delete(model, a)
+			}
+			if r.blockAt(dense) == nil {
+				t.Fatalf("%d records in the block: it went back to the table too soon", denseUntil)
+			}
+			for j := range 1 << 16 {
+				if a := fam.addr(0x0a01, j); r.has(a) {
+					r.delete(a)
+					delete(model, a)
+					break
+				}
+			}
+			if r.dense != nil || r.dense6.n != 0 || r.denseN != 0 {
+				t.Fatalf("%d records in the prefix: still in a block", denseUntil-1)
+			}
+			checkRecords(t, r, model)
+		})
+	}
+}
+
+// Prefixes that share densify's counters, none holding denseFrom records,
+// get no block, however full the counters they share: 3 records in each of
+// 300k /112s, with blocks from 4. Then a thousand of them get a fourth
+// record and a block each at the next growth, and half of them lose one
+// and go back to the table.
+func TestCrowdedCountersGiveNoBlock(t *testing.T) {
 	r := newRecords()
-	model := map[netip.Addr]ipaddress.IPAddress{}
+	r.denseFrom, r.denseUntil = 4, 4
 	p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
-	put := func(a netip.Addr) {
-		if _, held := model[a]; held {
-			return // the store checks the address is free first
-		}
-		r.put(a, p, 1, 1)
-		model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(1), Revision: 1}
+	addr := func(i, j int) netip.Addr {
+		return netip.AddrFrom16([16]byte{0: 0xfd, 11: byte(i >> 16), 12: byte(i >> 8), 13: byte(i), 15: byte(j)})
 	}
-	// Scattered: one address in each of 40k /16s (10.1.1.2 among them).
-	for i := range 40000 {
-		put(netip.AddrFrom4([4]byte{byte(i >> 8), byte(i), 1, 2}))
-	}
-	if r.dense != nil {
-		t.Fatalf("40k records in 40k /16s: %d of them in blocks", r.denseN)
-	}
-	// Dense: every address of 10.1.0.0/16 but a few.
-	for i := range 1 << 16 {
-		if i%64 != 0 {
-			put(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}))
+	for i := range 300000 {
+		for j := range 3 {
+			r.put(addr(i, j), p, 1, 1)
 		}
 	}
-	b := r.dense[0x0a01]
-	if b == nil || b.n != 1<<16-1<<10 || r.denseN != b.n {
-		t.Fatalf("10.1.0.0/16, 64512 records: block %v, denseN %d", b != nil, r.denseN)
+	if r.dense6.n != 0 || r.denseN != 0 {
+		t.Fatalf("%d records in %d blocks", r.denseN, r.dense6.n)
 	}
-	checkRecords(t, r, model)
-	// Down to denseUntil: still a block; one fewer: back to v4.
-	for i := range 1 << 16 {
-		a := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
-		if _, held := model[a]; !held || r.denseN == denseUntil {
-			continue
-		}
-		if _, ok := r.delete(a); !ok {
-			t.Fatalf("delete(%s) found nothing", a)
-		}
-		delete(model, a)
+	for i := range 1000 {
+		r.put(addr(i*7, 3), p, 1, 1)
 	}
-	if r.dense[0x0a01] == nil {
-		t.Fatalf("%d records in the block: it went back to v4 too soon", denseUntil)
+	for i := 0; r.v6.n < r.v6.full; i++ {
+		r.put(netip.AddrFrom16([16]byte{0: 0xfe, 12: byte(i >> 8), 13: byte(i)}), p, 1, 1)
 	}
-	for a := range model {
-		if b := a.As4(); b[0] == 10 && b[1] == 1 {
-			r.delete(a)
-			delete(model, a)
-			break
+	r.put(netip.AddrFrom16([16]byte{0: 0xff}), p, 1, 1) // the growth
+	if r.dense6.n != 1000 || r.denseN != 4000 {
+		t.Fatalf("1000 /112s of 4 records: %d blocks holding %d", r.dense6.n, r.denseN)
+	}
+	checkBlocks(t, r)
+	for i := range 1000 {
+		if i%2 == 0 {
+			if !r.remove(addr(i*7, 2)) {
+				t.Fatalf("remove(%s) found nothing", addr(i*7, 2))
+			}
 		}
 	}
-	if r.dense != nil || r.denseN != 0 {
-		t.Fatalf("%d records in the /16: still in a block", denseUntil-1)
+	checkBlocks(t, r)
+	for i := range 1000 {
+		for j := range 4 {
+			inBlock := i%2 == 1
+			if b, _ := r.block(addr(i*7, j)); (b != nil) != inBlock || r.has(addr(i*7, j)) != (j != 2 || inBlock) {
+				t.Fatalf("%s: block %v, held %v", addr(i*7, j), b != nil, r.has(addr(i*7, j)))
+			}
+		}
 	}
-	checkRecords(t, r, model)
 }
 
 // A block that goes back to v4 right after a compaction (an arena with no
