@@ -132,7 +132,7 @@ func checkBlocks(t interface{ Fatalf(string, ...any) }, r *records) {
 		if s.b.id != (blockID{hi: s.hi, lo: s.lo, v6: true}) || s.lo&0xffff != 0 {
 			t.Fatalf("the block of /112 %x:%x is %+v's", s.hi, s.lo, s.b.id)
 		}
-		if r.dense6.get(s.hi, s.lo) != s.b {
+		if f := filterBit(s.hi, s.lo); r.dense6.some[f/64]&(1<<(f%64)) == 0 || r.dense6.get(s.hi, s.lo) != s.b {
 			t.Fatalf("the block of /112 %x:%x is not found", s.hi, s.lo)
 		}
 		blocks = append(blocks, s.b)
