@@ -94,6 +94,12 @@ type records struct {
 	dense6 blockTable
 	blocks int
 	denseN int
+	// crowds counts the records of v4 (crowds[0]) and v6 (crowds[1]) by
+	// the bucket of their prefix (bucket), from the first growth that
+	// could give a block on: a growth learns from them, without reading
+	// the entries, whether any prefix may hold enough for a block. nil
+	// before.
+	crowds [2]*[densifyBuckets]int32
 	// denseFrom is how many records of one prefix in a table give it a
 	// block when the table grows; a block with fewer than denseUntil goes
 	// back to the table. Tests lower both.
@@ -422,6 +428,9 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 			h = r.keyHash(key)
 		}
 		r.insert(t, h, off)
+		if c := r.crowds[key.n/16]; c != nil {
+			c[key.bucket()]++
+		}
 	}
 	if r.ownersIndexed {
 		r.addOwner(k.h, sid, name, off)
@@ -656,6 +665,7 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 	}
 	rec := r.recordOf(a, r.parse(t.off(i)))
 	r.removeSlot(t, i, h)
+	r.crowdOf(a, -1)
 	return rec, true
 }
 
@@ -674,6 +684,7 @@ func (r *records) remove(a netip.Addr) bool {
 		return false
 	}
 	r.removeSlot(t, i, h)
+	r.crowdOf(a, -1)
 	return true
 }
 
@@ -1196,9 +1207,38 @@ func (r *records) grow(t *offTable) {
 	r.rehash(t, max(minTableSize, t.size+t.size/4))
 }
 
+// readsArena reports whether the entries of t, an address table holding
+// n of them, are best read by walking the arena in order (arenaEntries):
+// when the arena holds no deleted entries, every entry in it is live, and
+// reading them in order is fast, unless most are of the other family or
+// in blocks (with most IPv4 records in blocks, a sequential fill of a /8
+// took ten times as long).
+func (r *records) readsArena(t *offTable, n int) bool {
+	return r.arena.waste == 0 && !t.owner() && 2*n >= r.len()
+}
+
+// arenaEntries calls fn with the offset and the address (as the entry
+// stores it) of every record of t's family that no block holds, walking
+// an arena without waste in order.
+func (r *records) arenaEntries(t *offTable, fn func(off uint32, key []byte)) {
+	for ci, c := range r.arena.chunks {
+		p := 0
+		if ci == 0 {
+			p = 1 // the pad byte
+		}
+		for p < len(c) {
+			f := parseBytes(c[p:], r.base)
+			if (len(f.key) == 16) == (t == &r.v6) && !r.inBlock(f.key) {
+				fn(uint32(ci)<<chunkBits|uint32(p), f.key)
+			}
+			p += f.size
+		}
+	}
+}
+
 // rehash moves the entries of t to a new table of size slots. Finding an
-// entry's hash reads the arena. When the arena holds no deleted entries,
-// every entry in it is live, and they are read in order, which is fast;
+// entry's hash reads the arena: in order if it can (readsArena; never for
+// the owner table, which holds one slot per owner, not per entry);
 // otherwise the old table is walked, and the hashes of a batch of entries
 // are found before inserting them, the arena reads of a batch first loaded
 // all at once (see arena.touch).
@@ -1208,31 +1248,15 @@ func (r *records) rehash(t *offTable, size int) {
 	var offs [batchLen]uint32
 	var hs [batchLen]uint64
 	n := 0
-	// The owner table holds one slot per owner, not per entry: it is
-	// always rebuilt from its own slots. So is a table that holds less
-	// than half the records: the arena would be read mostly for entries
-	// of the other family or of blocks (with most IPv4 records in blocks,
-	// a sequential fill of a /8 took ten times as long).
-	if r.arena.waste == 0 && !t.owner() && 2*old.n >= r.len() {
-		a := &r.arena
-		for ci, c := range a.chunks {
-			p := 0
-			if ci == 0 {
-				p = 1 // the pad byte
+	if r.readsArena(t, old.n) {
+		r.arenaEntries(t, func(off uint32, key []byte) {
+			offs[n] = off
+			hs[n] = r.addrHash(key)
+			if n++; n == len(offs) {
+				r.insertBatch(t, hs[:], offs[:])
+				n = 0
 			}
-			for p < len(c) {
-				f := parseBytes(c[p:], r.base)
-				if (len(f.key) == 16) == (t == &r.v6) && !r.inBlock(f.key) {
-					offs[n] = uint32(ci)<<chunkBits | uint32(p)
-					hs[n] = r.addrHash(f.key)
-					if n++; n == len(offs) {
-						r.insertBatch(t, hs[:], offs[:])
-						n = 0
-					}
-				}
-				p += f.size
-			}
-		}
+		})
 		r.insertBatch(t, hs[:n], offs[:n])
 		if t.n != old.n {
 			panic("memory store: records lost in a rehash")

@@ -164,18 +164,27 @@ func checkBlocks(t interface{ Fatalf(string, ...any) }, r *records) {
 	if total != r.denseN {
 		t.Fatalf("blocks hold %d records, denseN %d", total, r.denseN)
 	}
-	for _, tb := range []*offTable{&r.v4, &r.v6} {
+	for f, tb := range []*offTable{&r.v4, &r.v6} {
+		var counts [densifyBuckets]int32
 		for i := range tb.span() {
 			if off := tb.off(i); off != 0 {
-				if a := r.parse(off).addr(); r.blockAt(idOnly(blockIDOf(a))) != nil {
+				a := r.parse(off).addr()
+				id, _ := blockIDOf(a)
+				if r.blockAt(id) != nil {
 					t.Fatalf("%s is in its table, but its prefix has a block", a)
+				}
+				counts[id.bucket()]++
+			}
+		}
+		if c := r.crowds[f]; c != nil && *c != counts {
+			for k := range counts {
+				if c[k] != counts[k] {
+					t.Fatalf("family %d, bucket %d: %d records counted, %d in the table", f, k, c[k], counts[k])
 				}
 			}
 		}
 	}
 }
-
-func idOnly(id blockID, _ uint16) blockID { return id }
 
 // checkTable checks the invariants of tb: a control byte is full exactly
 // when its slot's offset is not 0 (and a group's unused eighth offset is
