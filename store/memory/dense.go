@@ -239,7 +239,10 @@ func (r *records) dropBlock(id blockID) {
 }
 
 // densifyBuckets is how many counters densify spreads IPv6 blocks over.
-const densifyBuckets = 1 << 16
+const (
+	densifyBits    = 16
+	densifyBuckets = 1 << densifyBits
+)
 
 // bucket returns the counter of densify's first pass for block id: an
 // IPv4 /16's own, an IPv6 /112's by a hash (which many /112s share).
@@ -247,18 +250,16 @@ func (id blockID) bucket() int {
 	if !id.v6 {
 		return int(id.lo >> 16)
 	}
-	return int(mix64(id.hi^mix64(id.lo)) % densifyBuckets)
+	return bucket6(id.hi, id.lo)
 }
 
-// bucket is blockID.bucket of k's prefix.
-func (k addrKey) bucket() int {
-	if k.n == 4 {
-		return int(uint16(k.lo >> 16))
-	}
-	return blockID{hi: k.hi, lo: k.lo &^ 0xffff, v6: true}.bucket()
+// bucket6 returns the bucket of the /112 of the IPv6 address hi, lo: a
+// multiplicative hash of its prefix.
+func bucket6(hi, lo uint64) int {
+	return int((hi ^ bits.RotateLeft64(lo>>16, 29)) * 0x9e3779b97f4a7c15 >> (64 - densifyBits))
 }
 
-// famOf returns the index of t's family in crowds: 0 for v4, 1 for v6.
+// famOf returns the index of t's family in sparseAt: 0 for v4, 1 for v6.
 func (r *records) famOf(t *offTable) int {
 	if t == &r.v6 {
 		return 1
@@ -266,29 +267,26 @@ func (r *records) famOf(t *offTable) int {
 	return 0
 }
 
-// crowdOf adds d to the count of a's prefix in crowds, if counted: a's
-// record went into (1) or out of (-1) its family's table.
-func (r *records) crowdOf(a netip.Addr, d int32) {
-	_, key := entryKey(a, 0)
-	if c := r.crowds[key.n/16]; c != nil {
-		c[key.bucket()] += d
-	}
-}
-
 // densify gives a block to every /16 (v4) or /112 (v6) with denseFrom or
 // more records in t, moving them there; it reports whether it moved any.
-// t is about to grow (grow). The records are counted by bucket as they
-// come and go (crowds, counted from every entry at the first growth of a
-// table of denseFrom records); a bucket of an IPv4 /16 is the /16 itself,
-// but many /112s share one, so the /112s of buckets of denseFrom records
-// or more are counted one by one, from their entries. Millions of
-// scattered IPv6 records then cost a growth no reading of entries (a fill
-// of 1M took 1.5 times as long when each growth counted them all).
+// t is about to grow (grow), which reads every entry anyway. densify
+// reads them first, counting them by bucket; a bucket of an IPv4 /16 is
+// the /16 itself, but many /112s share one, so the /112s of buckets of
+// denseFrom records or more are then counted one by one. When a count
+// gives no block, the next is made once the table holds twice as many
+// records (sparseAt), or fewer than then: a fill of scattered addresses,
+// which never gives one, then reads each entry about twice more, not
+// five times (a fill of 1M scattered IPv6 addresses took 1.5 times as
+// long counting at every growth); a prefix that fills among many
+// scattered records may wait for its block until then.
 func (r *records) densify(t *offTable) bool {
 	if t.owner() || t.n < r.denseFrom {
 		return false
 	}
-	v6 := t == &r.v6
+	f := r.famOf(t)
+	if at := r.sparseAt[f]; at <= t.n && t.n < 2*at {
+		return false
+	}
 	// The entries are read in the arena's order when they can be
 	// (readsArena).
 	keys := func(fn func(key []byte)) {
@@ -298,17 +296,13 @@ func (r *records) densify(t *offTable) bool {
 		}
 		r.eachKey(t, func(key []byte, _ int, _ uint32) { fn(key) })
 	}
-	counts := r.crowds[r.famOf(t)]
-	if counts == nil {
-		counts = new([densifyBuckets]int32)
-		keys(func(key []byte) {
-			id, _ := blockIDOfKey(key)
-			counts[id.bucket()]++
-		})
-		r.crowds[r.famOf(t)] = counts
-	}
+	counts := make([]int32, densifyBuckets)
+	keys(func(key []byte) {
+		id, _ := blockIDOfKey(key)
+		counts[id.bucket()]++
+	})
 	added := false
-	if v6 {
+	if f == 1 {
 		exact := map[blockID]int{}
 		for _, c := range counts {
 			if int(c) < r.denseFrom {
@@ -336,15 +330,16 @@ func (r *records) densify(t *offTable) bool {
 		}
 	}
 	if !added {
+		r.sparseAt[f] = t.n
 		return false
 	}
+	r.sparseAt[f] = 0
 	// Emptying slots moves no entry (see removeIn), so the walk goes on
 	// past them.
 	r.eachKey(t, func(key []byte, slot int, off uint32) {
 		id, j := blockIDOfKey(key)
 		if b := r.blockAt(id); b != nil {
 			r.removeAt(t, slot, r.addrHash(key))
-			counts[id.bucket()]--
 			b.offs[j] = off
 			b.n++
 			r.denseN++
@@ -387,9 +382,7 @@ func (r *records) undense(b *denseBlock) {
 			r.insert(t, r.hashAt(b.id, uint16(j)), off)
 		}
 	}
-	if c := r.crowds[r.famOf(t)]; c != nil {
-		c[b.id.bucket()] += int32(b.n)
-	}
+
 }
 
 // denseBatches calls fn with the offsets of the records in blocks,

@@ -94,12 +94,10 @@ type records struct {
 	dense6 blockTable
 	blocks int
 	denseN int
-	// crowds counts the records of v4 (crowds[0]) and v6 (crowds[1]) by
-	// the bucket of their prefix (bucket), from the first growth that
-	// could give a block on: a growth learns from them, without reading
-	// the entries, whether any prefix may hold enough for a block. nil
-	// before.
-	crowds [2]*[densifyBuckets]int32
+	// sparseAt is, for v4 and v6, how many records the table held when
+	// densify last counted them and gave no block (0: since it did, or
+	// never counted): it counts again once the table has twice as many.
+	sparseAt [2]int
 	// denseFrom is how many records of one prefix in a table give it a
 	// block when the table grows; a block with fewer than denseUntil goes
 	// back to the table. Tests lower both.
@@ -428,9 +426,6 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 			h = r.keyHash(key)
 		}
 		r.insert(t, h, off)
-		if c := r.crowds[key.n/16]; c != nil {
-			c[key.bucket()]++
-		}
 	}
 	if r.ownersIndexed {
 		r.addOwner(k.h, sid, name, off)
@@ -665,7 +660,6 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 	}
 	rec := r.recordOf(a, r.parse(t.off(i)))
 	r.removeSlot(t, i, h)
-	r.crowdOf(a, -1)
 	return rec, true
 }
 
@@ -684,7 +678,6 @@ func (r *records) remove(a netip.Addr) bool {
 		return false
 	}
 	r.removeSlot(t, i, h)
-	r.crowdOf(a, -1)
 	return true
 }
 
