@@ -218,7 +218,6 @@ func (r *records) addBlock(id blockID) *denseBlock {
 			r.dense = new([1 << 16]*denseBlock)
 		}
 		r.dense[uint16(id.lo>>16)] = b
-		r.dense4++
 		return b
 	}
 	r.dense6.put(b)
@@ -230,7 +229,7 @@ func (r *records) dropBlock(id blockID) {
 	r.blocks--
 	if !id.v6 {
 		r.dense[uint16(id.lo>>16)] = nil
-		if r.dense4--; r.dense4 == 0 {
+		if r.blocks == r.dense6.n { // none of IPv4 left
 			r.dense = nil
 		}
 		return

@@ -35,10 +35,10 @@ import (
 // many, which a block per prefix indexes by address instead: see
 // denseBlock), owners by owner (scope and name), one slot per record, so
 // an owner with several addresses (dual-stack, or hundreds) has several
-// slots, all with the same hash (up to ownerSlots; see more). The tables probe
-// groups of 7 slots, SwissTable's way (see offTable): a slot is its offset
-// (4 bytes) and a control byte that holds 7 more bits of the hash (so a
-// lookup reads the arena of almost only the entry it wants), and the
+// slots, all with the same hash (up to ownerSlots; see more). The tables
+// probe groups of 7 slots, SwissTable's way (see offTable): a slot is its
+// offset (4 bytes) and a control byte that holds 7 more bits of the hash
+// (so a lookup reads the arena of almost only the entry it wants), and the
 // control bytes of a group are one word, matched all at once; the word's
 // eighth byte counts the entries that probed past the group, so that a
 // deletion leaves no tombstone (F14's way). The owner slot of a record
@@ -85,18 +85,17 @@ type records struct {
 	v4, v6 offTable
 	// dense holds, by /16, the blocks of the IPv4 /16s that hold many
 	// records, indexed by address (see denseBlock), nil while none has
-	// one; dense4 counts them. dense6 holds those of IPv6 /112s, by
-	// /112. A prefix with a block has none of its records in its
-	// family's table. blocks counts the blocks, denseN the records in
-	// them.
+	// one; dense6 holds those of IPv6 /112s, by /112. A prefix with a
+	// block has none of its records in its family's table. blocks counts
+	// the blocks, denseN the records in them.
 	dense  *[1 << 16]*denseBlock
-	dense4 int
 	dense6 blockTable
 	blocks int
 	denseN int
 	// sparseAt is, for v4 and v6, how many records the table held when
 	// densify last counted them and gave no block (0: since it did, or
-	// never counted): it counts again once the table has twice as many.
+	// never counted): it counts again once the table holds twice as many,
+	// or fewer.
 	sparseAt [2]int
 	// denseFrom is how many records of one prefix in a table give it a
 	// block when the table grows; a block with fewer than denseUntil goes
