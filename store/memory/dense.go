@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"net/netip"
+	"slices"
 
 	"github.com/netipam/netipam/internal/u128"
 )
@@ -118,13 +119,8 @@ func (t *blockTable) drop(hi, lo uint64) {
 	}
 }
 
-// blockIDOf returns the block a's record would be in, and a's index in it.
-func blockIDOf(a netip.Addr) (blockID, uint16) {
-	x := u128.FromAddr(a)
-	return blockID{hi: x.Hi, lo: x.Lo &^ 0xffff, v6: !a.Is4()}, uint16(x.Lo)
-}
-
-// blockIDOfKey is blockIDOf for an address as an entry stores it.
+// blockIDOfKey returns the block the record of an address, as an entry
+// stores it, would be in, and the address's index in it.
 func blockIDOfKey(key []byte) (blockID, uint16) {
 	j := binary.BigEndian.Uint16(key[len(key)-2:])
 	if len(key) == 4 {
@@ -238,7 +234,8 @@ func (r *records) dropBlock(id blockID) {
 	r.dense6.drop(id.hi, id.lo)
 }
 
-// densifyBuckets is how many counters densify spreads IPv6 blocks over.
+// densifyBuckets is how many counters densify counts records by (an
+// IPv4 /16 each, IPv6 /112s hashed), densifyBits its log2.
 const (
 	densifyBits    = 16
 	densifyBuckets = 1 << densifyBits
@@ -303,17 +300,14 @@ func (r *records) densify(t *offTable) bool {
 	})
 	added := false
 	if f == 1 {
+		crowded := func(c int32) bool { return int(c) >= r.denseFrom }
 		exact := map[blockID]int{}
-		for _, c := range counts {
-			if int(c) < r.denseFrom {
-				continue
-			}
+		if slices.ContainsFunc(counts, crowded) {
 			keys(func(key []byte) {
-				if id, _ := blockIDOfKey(key); int(counts[id.bucket()]) >= r.denseFrom {
+				if id, _ := blockIDOfKey(key); crowded(counts[id.bucket()]) {
 					exact[id]++
 				}
 			})
-			break
 		}
 		for id, c := range exact {
 			if c >= r.denseFrom {

@@ -12,6 +12,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 )
@@ -174,6 +175,12 @@ func checkBlocks(t interface{ Fatalf(string, ...any) }, r *records) {
 			}
 		}
 	}
+}
+
+// blockIDOf returns the block a's record would be in, and a's index in it.
+func blockIDOf(a netip.Addr) (blockID, uint16) {
+	x := u128.FromAddr(a)
+	return blockID{hi: x.Hi, lo: x.Lo &^ 0xffff, v6: !a.Is4()}, uint16(x.Lo)
 }
 
 // checkTable checks the invariants of tb: a control byte is full exactly
