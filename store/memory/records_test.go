@@ -1110,9 +1110,10 @@ func checked(p ipaddress.ParentRef) *ipaddress.ValidParentRef {
 }
 
 // A /16 (IPv4) or /112 (IPv6) that comes to hold denseFrom records is
-// indexed by a block from the next growth of its table on, and goes back
-// to the table below denseUntil; a scattered set of as many records gets
-// no block. Every record stays readable throughout.
+// indexed by a block from a growth of its table on (once the table has
+// doubled since a count that gave no block: here the scattered records'),
+// and goes back to the table below denseUntil; a scattered set of as many
+// records gets no block. Every record stays readable throughout.
 func TestAFullPrefixIsIndexedByABlock(t *testing.T) {
 	for _, fam := range []struct {
 		name string
