@@ -145,39 +145,9 @@ func (id blockID) key(j uint16) addrKey {
 	return addrKey{hi: id.hi, lo: id.lo | uint64(j), n: 16}
 }
 
-// block returns the block of a's addresses and a's index in it, or nil if
-// they have none. The test that there are none is all that a store
+// blockOfKey returns the block of the address k and k's index in it, or
+// nil if it has none. The test that there are none is all that a store
 // without blocks pays, inlined.
-func (r *records) block(a netip.Addr) (*denseBlock, uint16) {
-	if r.blocks == 0 {
-		return nil, 0
-	}
-	return r.blockOf(a)
-}
-
-// blockOf, blockOf6 and blockOfKeyIn are blockAt for an address, each
-// written out: through blockAt, a /12's cycle took 59 instructions more
-// (a call more on the way to an IPv4 block).
-func (r *records) blockOf(a netip.Addr) (*denseBlock, uint16) {
-	if !a.Is4() {
-		return r.blockOf6(a)
-	}
-	if r.dense == nil {
-		return nil, 0
-	}
-	v := u128.FromAddr(a).Lo
-	return r.dense[uint16(v>>16)], uint16(v)
-}
-
-func (r *records) blockOf6(a netip.Addr) (*denseBlock, uint16) {
-	if r.dense6.n == 0 {
-		return nil, 0
-	}
-	x := u128.FromAddr(a)
-	return r.dense6.get(x.Hi, x.Lo&^0xffff), uint16(x.Lo)
-}
-
-// blockOfKey is block for an address as an entry stores it.
 func (r *records) blockOfKey(k addrKey) (*denseBlock, uint16) {
 	if r.blocks == 0 {
 		return nil, 0
@@ -185,6 +155,9 @@ func (r *records) blockOfKey(k addrKey) (*denseBlock, uint16) {
 	return r.blockOfKeyIn(k)
 }
 
+// blockOfKeyIn is blockAt for an address, written out: through blockAt,
+// a /12's cycle took 59 instructions more (a call more on the way to an
+// IPv4 block).
 func (r *records) blockOfKeyIn(k addrKey) (*denseBlock, uint16) {
 	if k.n == 4 {
 		if r.dense == nil {

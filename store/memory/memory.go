@@ -446,13 +446,14 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 		s.addrs.warm(k)
 	}
 	// The hash of the lookup serves the insert (a block needs none).
+	key := validKey(addr)
 	var h uint64
 	free := true
-	if b, j := s.addrs.block(addr); b != nil {
+	if b, j := s.addrs.blockOfKey(key); b != nil {
 		free = b.offs[j] == 0
 	} else {
 		var i int
-		i, h = s.addrs.findHashed(s.addrs.table(addr), addr)
+		i, h = s.addrs.findKey(s.addrs.tableOf(key), key)
 		free = i < 0
 	}
 	if !free {
@@ -469,7 +470,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	if !known {
 		k = s.addrs.ownerKeyOf(owner)
 	}
-	if !s.addrs.putKeyed(addr, h, k, owner.Name, now, s.rev+1) {
+	if !s.addrs.putKeyed(key, h, k, owner.Name, now, s.rev+1) {
 		return 0, time.Time{}, fmt.Errorf("address %s: %w", addr, store.ErrNoSpace)
 	}
 	s.rev++

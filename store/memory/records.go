@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/netipam/netipam/internal/prefetch"
-	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
 )
 
@@ -186,18 +185,29 @@ func (r *records) len() int { return r.v4.n + r.v6.n + r.denseN }
 
 func unixTime(sec int64) time.Time { return time.Unix(sec, 0) }
 
-func (r *records) table(a netip.Addr) *offTable {
-	if a.Is4() {
+// tableOf returns the address table of the family of k.
+func (r *records) tableOf(k addrKey) *offTable {
+	if k.n == 4 {
 		return &r.v4
 	}
 	return &r.v6
 }
 
 func (r *records) has(a netip.Addr) bool {
-	if b, j := r.block(a); b != nil {
+	k, ok := keyOf(a)
+	if !ok {
+		return false
+	}
+	return r.hasKey(k)
+}
+
+// hasKey is has for an address as an entry stores it.
+func (r *records) hasKey(k addrKey) bool {
+	if b, j := r.blockOfKey(k); b != nil {
 		return b.offs[j] != 0
 	}
-	return r.find(r.table(a), a) >= 0
+	i, _ := r.findKey(r.tableOf(k), k)
+	return i >= 0
 }
 
 // scopeID interns p's scope, for a record about to be put.
@@ -371,44 +381,44 @@ func (t *offTable) prefetchGroup(g int) {
 	prefetch.Line(unsafe.Pointer(&p[groupWords-1]))
 }
 
-// prefetchAddr starts loading the home group of a in its address table,
-// when the table is large enough for it to matter.
+// prefetchAddr starts loading where the record of a would be: its entry
+// of a block, or its home group in its address table when the table is
+// large enough for it to matter.
 func (r *records) prefetchAddr(a netip.Addr) {
-	if b, j := r.block(a); b != nil {
+	k, ok := keyOf(a)
+	if !ok {
+		return
+	}
+	if b, j := r.blockOfKey(k); b != nil {
 		prefetch.Line(unsafe.Pointer(&b.offs[j]))
 		return
 	}
-	t := r.table(a)
+	t := r.tableOf(k)
 	if t.size == 0 || t.bytes() < r.prefetchMin {
 		return
 	}
-	var h uint64
-	if x := u128.FromAddr(a); a.Is4() {
-		h = r.addrHash4(x.Lo)
-	} else {
-		h = r.addrHash16(x.Hi, x.Lo)
-	}
-	t.prefetchGroup(r.home(t, h))
+	t.prefetchGroup(r.home(t, r.keyHash(k)))
 }
 
-// put stores a record; the caller checked the address is free. It reports
+// put stores a record; the caller checked the address is free and valid
+// (ipaddress.ValidateAddr). It reports
 // false, and stores nothing, when the arena is full (see arena.limit).
 func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
-	return r.putKeyed(a, 0, r.ownerKeyOf(p), p.Name, created, rev)
+	return r.putKeyed(validKey(a), 0, r.ownerKeyOf(p), p.Name, created, rev)
 }
 
-// putKeyed is put for a caller that has the owner's key, and may have
-// the address's hash h from the lookup that found it absent (findHashed);
-// 0 has it worked out again.
-func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, created, rev int64) bool {
+// putKeyed is put for a caller that has the address's and the owner's
+// keys, and may have the address's hash h from the lookup that found it
+// absent (findKey); 0 has it worked out again.
+func (r *records) putKeyed(key addrKey, h uint64, k ownerKey, name string, created, rev int64) bool {
 	sid := k.sid
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
 	}
-	hdr, key := entryKey(a, sid)
+	hdr := key.header(sid)
 	// Room first: a growth may read every entry in the arena, and this one
 	// is not in the tables yet.
-	t := r.table(a)
+	t := r.tableOf(key)
 	r.reserve(t)
 	off, ok := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, name)
 	if !ok {
@@ -432,14 +442,34 @@ func (r *records) putKeyed(a netip.Addr, h uint64, k ownerKey, name string, crea
 	return true
 }
 
-// entryKey returns the header of an entry of scope sid for address a, and
-// the address as the entry stores it.
-func entryKey(a netip.Addr, sid uint32) (hdr uint64, key addrKey) {
-	x := u128.FromAddr(a)
-	if a.Is4() {
-		return uint64(sid) << 1, addrKey{lo: x.Lo, n: 4}
+// keyOf returns a as an entry stores it, or false for an address no
+// record has: the zero Addr, or one with a zone (CreateAddresses refuses
+// both, and as words they would be the address of another record). The
+// store converts an address once an operation, here, in one call (about
+// 28 instructions, as u128.FromAddr, whose conversion this is).
+func keyOf(a netip.Addr) (addrKey, bool) {
+	b := a.AsSlice()
+	switch {
+	case len(b) == 4:
+		return addrKey{lo: uint64(binary.BigEndian.Uint32(b)), n: 4}, true
+	case len(b) == 16 && a.Zone() == "":
+		return addrKey{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:16]), n: 16}, true
 	}
-	return uint64(sid)<<1 | 1, addrKey{hi: x.Hi, lo: x.Lo, n: 16}
+	return addrKey{}, false
+}
+
+// validKey is keyOf for an address ipaddress.ValidateAddr accepts.
+func validKey(a netip.Addr) addrKey {
+	k, _ := keyOf(a)
+	return k
+}
+
+// header returns the header of an entry of scope sid for address k.
+func (k addrKey) header(sid uint32) uint64 {
+	if k.n == 4 {
+		return uint64(sid) << 1
+	}
+	return uint64(sid)<<1 | 1
 }
 
 // addrKey is an address as an entry stores it, its n bytes (4 for IPv4,
@@ -473,8 +503,8 @@ func (r *records) keyHash(k addrKey) uint64 {
 // arena refuses the change (false) with the old record as it was.
 func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
 	k := r.ownerKeyOf(p)
-	hdr, key := entryKey(a, k.sid)
-	off, ok := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, p.Name)
+	key := validKey(a) // the record exists: a is valid
+	off, ok := r.arena.add(key.header(k.sid), key, uint64(rev), uint32(created)-r.base, p.Name)
 	if !ok {
 		r.scopeEmptied(k.sid)
 		return false
@@ -482,14 +512,14 @@ func (r *records) replace(a netip.Addr, p ipaddress.ParentRef, created, rev int6
 	// The new scope counts first: dropping the old one's record must not
 	// sweep a scope the new entry holds.
 	r.scopeLive[k.sid]++
-	t := r.table(a)
-	b, j := r.block(a)
+	t := r.tableOf(key)
+	b, j := r.blockOfKey(key)
 	var i int
 	var old uint32
 	if b != nil {
 		old = b.offs[j]
 	} else {
-		i = r.find(t, a)
+		i, _ = r.findKey(t, key)
 		old = t.off(i)
 	}
 	sid, name, size := ownerOf(r.arena.bytes(old))
@@ -612,14 +642,18 @@ func (r *records) dropOwner(h uint64, off uint32) {
 }
 
 func (r *records) get(a netip.Addr) (ipaddress.IPAddress, bool) {
-	if b, j := r.block(a); b != nil {
+	k, ok := keyOf(a)
+	if !ok {
+		return ipaddress.IPAddress{}, false
+	}
+	if b, j := r.blockOfKey(k); b != nil {
 		if off := b.offs[j]; off != 0 {
 			return r.record(a, entry{off}), true
 		}
 		return ipaddress.IPAddress{}, false
 	}
-	t := r.table(a)
-	i := r.find(t, a)
+	t := r.tableOf(k)
+	i, _ := r.findKey(t, k)
 	if i < 0 {
 		return ipaddress.IPAddress{}, false
 	}
@@ -643,7 +677,11 @@ func (r *records) recordOf(a netip.Addr, f fields) ipaddress.IPAddress {
 
 // delete removes the record of a and returns it.
 func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
-	if b, j := r.block(a); b != nil {
+	k, ok := keyOf(a)
+	if !ok {
+		return ipaddress.IPAddress{}, false
+	}
+	if b, j := r.blockOfKey(k); b != nil {
 		off := b.offs[j]
 		if off == 0 {
 			return ipaddress.IPAddress{}, false
@@ -652,8 +690,8 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 		r.removeDense(b, j)
 		return rec, true
 	}
-	t := r.table(a)
-	i, h := r.findHashed(t, a)
+	t := r.tableOf(k)
+	i, h := r.findKey(t, k)
 	if i < 0 {
 		return ipaddress.IPAddress{}, false
 	}
@@ -664,15 +702,19 @@ func (r *records) delete(a netip.Addr) (ipaddress.IPAddress, bool) {
 
 // remove removes the record of a, reporting whether there was one.
 func (r *records) remove(a netip.Addr) bool {
-	if b, j := r.block(a); b != nil {
+	k, ok := keyOf(a)
+	if !ok {
+		return false
+	}
+	if b, j := r.blockOfKey(k); b != nil {
 		if b.offs[j] == 0 {
 			return false
 		}
 		r.removeDense(b, j)
 		return true
 	}
-	t := r.table(a)
-	i, h := r.findHashed(t, a)
+	t := r.tableOf(k)
+	i, h := r.findKey(t, k)
 	if i < 0 {
 		return false
 	}
@@ -1305,35 +1347,18 @@ func (r *records) touchHomes(t *offTable, hs []uint64) {
 	r.arena.sink |= byte(x)
 }
 
-// find returns the slot of address a in its table t, or -1.
-func (r *records) find(t *offTable, a netip.Addr) int {
-	i, _ := r.findHashed(t, a)
-	return i
-}
-
-// findHashed is find, which returns a's hash too (0 if a is in no table).
-func (r *records) findHashed(t *offTable, a netip.Addr) (int, uint64) {
+// findKey returns the slot of address k in t, its family's table, or -1,
+// and k's hash (0 when t is empty).
+func (r *records) findKey(t *offTable, k addrKey) (int, uint64) {
 	if t.n == 0 {
 		return -1, 0
 	}
 	// The address as two words, compared with an entry's key in place of
 	// its bytes: no copy of the key, and no call to compare them. The
 	// table of a family holds entries of that family only.
-	var h uint64
-	x := u128.FromAddr(a) // the key's words, as entryKey makes them
-	hi, lo := x.Hi, x.Lo
-	is6 := !a.Is4()
-	if is6 {
-		// No record has an address CreateAddresses refuses, and the key
-		// below would map a zoned or zero address onto the record of
-		// another.
-		if !a.IsValid() || a.Zone() != "" {
-			return -1, 0
-		}
-		h = r.addrHash16(hi, lo)
-	} else {
-		h = r.addrHash4(lo)
-	}
+	hi, lo := k.hi, k.lo
+	is6 := k.n == 16
+	h := r.keyHash(k)
 	g, f := r.home(t, h), fragment(h)
 	for range t.groups { // a whole turn, in case every count is saturated
 		gp := t.grp(uint(g))

@@ -334,10 +334,11 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 				created := int64(rng.Uint32())
 				rev++
 				// With the hash of the lookup that found a absent.
-				if i, h := r.findHashed(r.table(a), a); i >= 0 {
+				key := validKey(a)
+				if i, h := r.findKey(r.tableOf(key), key); i >= 0 {
 					rt.Fatalf("%s found before it was created", a)
 				} else {
-					r.putKeyed(a, h, k, p.Name, created, rev)
+					r.putKeyed(key, h, k, p.Name, created, rev)
 				}
 				model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(created), Revision: rev}
 			},
@@ -1232,7 +1233,7 @@ func TestCrowdedCountersGiveNoBlock(t *testing.T) {
 	for i := range 1000 {
 		for j := range 4 {
 			inBlock := i%2 == 1
-			if b, _ := r.block(addr(i*7, j)); (b != nil) != inBlock || r.has(addr(i*7, j)) != (j != 2 || inBlock) {
+			if b, _ := r.blockOfKey(validKey(addr(i*7, j))); (b != nil) != inBlock || r.has(addr(i*7, j)) != (j != 2 || inBlock) {
 				t.Fatalf("%s: block %v, held %v", addr(i*7, j), b != nil, r.has(addr(i*7, j)))
 			}
 		}
@@ -1258,7 +1259,7 @@ func TestABlockGoesBackToAFullTableAfterACompaction(t *testing.T) {
 		put(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), long)
 	}
 	put(netip.AddrFrom4([4]byte{10, 0, 0, 4}), "a") // the growth that makes the block
-	if b, _ := r.block(netip.AddrFrom4([4]byte{10, 0, 0, 4})); b == nil || b.n != 4 {
+	if b, _ := r.blockOfKey(validKey(netip.AddrFrom4([4]byte{10, 0, 0, 4}))); b == nil || b.n != 4 {
 		t.Fatalf("10.0.0.0/16 has no block of 4 records")
 	}
 	for i := range r.v4.full {
@@ -1275,4 +1276,53 @@ func TestABlockGoesBackToAFullTableAfterACompaction(t *testing.T) {
 		t.Fatalf("one record left in 10.0.0.0/16: still in a block")
 	}
 	checkRecords(t, r, model)
+}
+
+// No record has the zero Addr or a zoned address (CreateAddresses refuses
+// both, and as words they are "::" and the address without its zone): a
+// lookup of one finds nothing and a delete of one removes nothing, with
+// the records of "::" and fe80::1 in a table or in blocks.
+func TestAZeroOrZonedAddressFindsNoRecord(t *testing.T) {
+	zero, unzoned := netip.MustParseAddr("::"), netip.MustParseAddr("fe80::1")
+	for _, inBlocks := range []bool{false, true} {
+		t.Run(fmt.Sprintf("blocks=%t", inBlocks), func(t *testing.T) {
+			r := newRecords()
+			r.denseFrom, r.denseUntil = 4, 4
+			p := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+			r.put(zero, p, 1, 1)
+			r.put(unzoned, p, 1, 1)
+			if inBlocks { // growths enough to give both /112s blocks
+				for i := 2; i < 2000; i++ {
+					r.put(zero.Next(), p, 1, 1)
+					zero, unzoned = zero.Next(), unzoned.Next()
+					r.put(unzoned, p, 1, 1)
+				}
+				zero, unzoned = netip.MustParseAddr("::"), netip.MustParseAddr("fe80::1")
+			}
+			for _, a := range []netip.Addr{zero, unzoned} {
+				if b, _ := r.blockOfKey(validKey(a)); (b != nil) != inBlocks {
+					t.Fatalf("%s: in a block %v, want %v", a, b != nil, inBlocks)
+				}
+			}
+			n := r.len()
+			for _, a := range []netip.Addr{{}, unzoned.WithZone("eth0")} {
+				if r.has(a) {
+					t.Errorf("has(%q) = true", a)
+				}
+				if _, ok := r.get(a); ok {
+					t.Errorf("get(%q) found a record", a)
+				}
+				if r.remove(a) {
+					t.Errorf("remove(%q) removed a record", a)
+				}
+				if _, ok := r.delete(a); ok {
+					t.Errorf("delete(%q) deleted a record", a)
+				}
+			}
+			if r.len() != n || !r.has(zero) || !r.has(unzoned) {
+				t.Fatalf("after lookups of the zero Addr and %s: %d records of %d, :: held %v, %s held %v",
+					unzoned.WithZone("eth0"), r.len(), n, r.has(zero), unzoned, r.has(unzoned))
+			}
+		})
+	}
 }

@@ -29,7 +29,7 @@ func TestTablesWrapAndCountOverflows(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		r := newRecords()
 		r.seed, r.ownerKeys, r.mask = 1, [2]uint64{2, 3}, wrapMask
-		tb := r.table(benchAddr(v6, 0))
+		tb := r.tableOf(validKey(benchAddr(v6, 0)))
 		*tb = newTable(false, size)
 		r.owners, r.ownersIndexed = newTable(true, size), true // the index of no records
 		sid := r.scopeID(ipaddress.ParentRef{Resource: "services", Namespace: "wrap"})
@@ -48,8 +48,7 @@ func TestTablesWrapAndCountOverflows(t *testing.T) {
 		}
 		var addrs []netip.Addr
 		for _, i := range pick(func(i int) int {
-			_, k := entryKey(benchAddr(v6, i), 0)
-			return r.home(tb, r.keyHash(k))
+			return r.home(tb, r.keyHash(validKey(benchAddr(v6, i))))
 		}) {
 			addrs = append(addrs, benchAddr(v6, i))
 		}
