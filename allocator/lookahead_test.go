@@ -10,6 +10,7 @@ import (
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/memory"
 )
 
@@ -143,17 +144,41 @@ func TestStartsDrawnAheadAreTheStrategysInTheirOrder(t *testing.T) {
 // a sparse set small enough to stay in cache, and the memory store holds
 // its addresses in blocks, not in the table where a new one's slot would
 // be missed: nothing is worth loading ahead, and the starts are drawn when
-// needed (drawing them ahead cost 7 % more instructions a cycle).
-// They are the strategy's all the same.
+// needed (drawing them ahead cost 7 % more instructions a cycle), and
+// the store is asked to load no address's slot. The starts are the
+// strategy's all the same. The same pool with its addresses scattered
+// draws ahead and has slots loaded.
 func TestAPackedSparsePoolDrawsNoStartAhead(t *testing.T) {
-	p := netip.MustParsePrefix("fd00::/64")
-	a := newAheadAllocator(t, map[string][]netip.Prefix{"big": {p}})
-	r := newAheadRange(t, p)
-	r.fillEvery(t, a, 1, prefetchFrom+1000)
-	r.expectStartsTaken(t, a, 3000)
-	if n := a.ahead[famIndex(p.Addr())].n; !n.IsZero() {
-		t.Fatalf("starts drawn ahead for a band of %v in a set of %d runs", n, a.sparse[famIndex(p.Addr())].Runs())
+	for _, stride := range []uint64{1, 3} {
+		t.Run(fmt.Sprintf("stride=%d", stride), func(t *testing.T) {
+			p := netip.MustParsePrefix("fd00::/64")
+			a := newAheadAllocator(t, map[string][]netip.Prefix{"big": {p}})
+			r := newAheadRange(t, p)
+			r.fillEvery(t, a, stride, prefetchFrom+1000)
+			counted := &countingPrefetcher{Prefetcher: a.prefetcher}
+			a.mu.Lock()
+			a.prefetcher = counted
+			a.mu.Unlock()
+			r.expectStartsTaken(t, a, 3000)
+			runs := a.sparse[famIndex(p.Addr())].Runs()
+			drawn := !a.ahead[famIndex(p.Addr())].n.IsZero()
+			if packed := stride == 1; drawn == packed || (counted.addrs == 0) != packed {
+				t.Fatalf("%d runs: starts drawn ahead %v, %d address slots loaded", runs, drawn, counted.addrs)
+			}
+		})
 	}
+}
+
+// countingPrefetcher counts the loads of address slots asked of the
+// store it passes them to.
+type countingPrefetcher struct {
+	store.Prefetcher
+	addrs int
+}
+
+func (c *countingPrefetcher) PrefetchAddressLocked(addr netip.Addr) {
+	c.addrs++
+	c.Prefetcher.PrefetchAddressLocked(addr)
 }
 
 // When the band allocations come from changes size (the CIDR serving
