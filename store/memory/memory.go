@@ -445,18 +445,14 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	if known {
 		s.addrs.warm(k)
 	}
-	// The hash of the lookup serves the insert (a block needs none).
+	// Room first (a growth may give the address's prefix a block): the
+	// spot the lookup finds, and the hash it worked out, then serve the
+	// insert.
 	key := validKey(addr)
-	var h uint64
-	free := true
-	if b, j := s.addrs.blockOfKey(key); b != nil {
-		free = b.offs[j] == 0
-	} else {
-		var i int
-		i, h = s.addrs.findKey(s.addrs.tableOf(key), key)
-		free = i < 0
-	}
-	if !free {
+	t := s.addrs.tableOf(key)
+	s.addrs.reserve(t)
+	sp := s.addrs.spotOf(t, key)
+	if sp.held() {
 		return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
 	}
 	fences := [1]store.Fence{fence}
@@ -470,7 +466,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	if !known {
 		k = s.addrs.ownerKeyOf(owner)
 	}
-	if !s.addrs.putKeyed(key, h, k, owner.Name, now, s.rev+1) {
+	if !s.addrs.putAt(t, key, sp, k, owner.Name, now, s.rev+1) {
 		return 0, time.Time{}, fmt.Errorf("address %s: %w", addr, store.ErrNoSpace)
 	}
 	s.rev++

@@ -401,36 +401,65 @@ func (r *records) prefetchAddr(a netip.Addr) {
 }
 
 // put stores a record; the caller checked the address is free and valid
-// (ipaddress.ValidateAddr). It reports
-// false, and stores nothing, when the arena is full (see arena.limit).
+// (ipaddress.ValidateAddr). It reports false, and stores nothing, when the
+// arena is full (see arena.limit).
 func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) bool {
-	return r.putKeyed(validKey(a), 0, r.ownerKeyOf(p), p.Name, created, rev)
+	key := validKey(a)
+	t := r.tableOf(key)
+	r.reserve(t)
+	b, j := r.blockOfKey(key)
+	return r.putAt(t, key, spot{b: b, j: j, i: -1}, r.ownerKeyOf(p), p.Name, created, rev)
 }
 
-// putKeyed is put for a caller that has the address's and the owner's
-// keys, and may have the address's hash h from the lookup that found it
-// absent (findKey); 0 has it worked out again.
-func (r *records) putKeyed(key addrKey, h uint64, k ownerKey, name string, created, rev int64) bool {
+// spot is where the record of an address is, or would go, as a lookup
+// found it: entry j of block b; or, b nil, slot i of its table (-1: not
+// there) and the address's hash h (0: not worked out).
+type spot struct {
+	b *denseBlock
+	j uint16
+	i int
+	h uint64
+}
+
+// held reports whether the spot holds a record.
+func (s *spot) held() bool {
+	if s.b != nil {
+		return s.b.offs[s.j] != 0
+	}
+	return s.i >= 0
+}
+
+// spotOf looks address key up in t, its family's table.
+func (r *records) spotOf(t *offTable, key addrKey) spot {
+	if b, j := r.blockOfKey(key); b != nil {
+		return spot{b: b, j: j}
+	}
+	i, h := r.findKey(t, key)
+	return spot{i: i, h: h}
+}
+
+// putAt stores a record of address key, owner k (named name), at sp, a
+// spot without one, found in t once t had room (reserve): a growth then
+// may read every entry in the arena, and may give the address's prefix a
+// block, so it comes before the lookup. It reports false, and stores
+// nothing, when the arena is full.
+func (r *records) putAt(t *offTable, key addrKey, sp spot, k ownerKey, name string, created, rev int64) bool {
 	sid := k.sid
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true
 	}
-	hdr := key.header(sid)
-	// Room first: a growth may read every entry in the arena, and this one
-	// is not in the tables yet.
-	t := r.tableOf(key)
-	r.reserve(t)
-	off, ok := r.arena.add(hdr, key, uint64(rev), uint32(created)-r.base, name)
+	off, ok := r.arena.add(key.header(sid), key, uint64(rev), uint32(created)-r.base, name)
 	if !ok {
 		r.scopeEmptied(sid) // interned for this record, maybe: swept if empty
 		return false
 	}
 	r.scopeLive[sid]++
-	if b, j := r.blockOfKey(key); b != nil {
-		b.offs[j] = off
+	if b := sp.b; b != nil {
+		b.offs[sp.j] = off
 		b.n++
 		r.denseN++
 	} else {
+		h := sp.h
 		if h == 0 { // or a hash that is 0 indeed: worked out again, the same
 			h = r.keyHash(key)
 		}

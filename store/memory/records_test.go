@@ -335,10 +335,12 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 				rev++
 				// With the hash of the lookup that found a absent.
 				key := validKey(a)
-				if i, h := r.findKey(r.tableOf(key), key); i >= 0 {
+				t := r.tableOf(key)
+				r.reserve(t)
+				if sp := r.spotOf(t, key); sp.held() {
 					rt.Fatalf("%s found before it was created", a)
 				} else {
-					r.putKeyed(key, h, k, p.Name, created, rev)
+					r.putAt(t, key, sp, k, p.Name, created, rev)
 				}
 				model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(created), Revision: rev}
 			},
