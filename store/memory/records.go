@@ -484,8 +484,9 @@ func (r *records) putAt(t *offTable, key addrKey, sp spot, k ownerKey, name stri
 // keyOf returns a as an entry stores it, or false for an address no
 // record has: the zero Addr, or one with a zone (CreateAddresses refuses
 // both, and as words they would be the address of another record). The
-// store converts an address once an operation, here, in one call (about
-// 28 instructions, as u128.FromAddr, whose conversion this is).
+// store converts an address once an operation, here. The conversion is
+// u128.FromAddr's, written out: calling it, a second call, cost a cycle
+// 33 to 68 instructions more (empty /64, /16 and /12 at 90 %).
 func keyOf(a netip.Addr) (addrKey, bool) {
 	b := a.AsSlice()
 	switch {
