@@ -924,7 +924,14 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 	}
 	switch a.cfg.policy.(type) {
 	case randomOrder:
-		return a.walkLiveLocked(fam, rand.IntN(len(live)), skip, c)
+		// Drawn among the open pools only: drawn among all, a full pool's
+		// draws would go on to the open one after it, which would be
+		// tried first twice as often as the others.
+		first := 0
+		if open := &a.open[fam]; open.any() {
+			first = open.nth(rand.IntN(open.count()))
+		}
+		return a.walkLiveLocked(fam, first, skip, c)
 	case mostFree:
 		best := a.mostFree[fam].best()
 		if x, ok := a.nextInPoolLocked(live[best].pool, skip); ok {

@@ -87,3 +87,27 @@ func (b *bitList) any() bool {
 	}
 	return false
 }
+
+// count returns the number of set bits.
+func (b *bitList) count() int {
+	n := 0
+	for _, w := range b.w {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// nth returns the place of set bit k (0 <= k < count), counted from 0.
+func (b *bitList) nth(k int) int {
+	for wi, w := range b.w {
+		if c := bits.OnesCount64(w); k >= c {
+			k -= c
+			continue
+		}
+		for ; k > 0; k-- {
+			w &= w - 1 // clear the lowest set bit
+		}
+		return wi*64 + bits.TrailingZeros64(w)
+	}
+	return -1
+}

@@ -11,8 +11,8 @@ import (
 func (b *bitList) len() int { return b.n }
 
 // TestBitListFollowsASliceOfBools inserts, removes and sets bits at random
-// places, across word boundaries, and compares every bit (has), next and any
-// with a []bool doing the same.
+// places, across word boundaries, and compares every bit (has), next, any,
+// count and nth with a []bool doing the same.
 func TestBitListFollowsASliceOfBools(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var b bitList
@@ -61,6 +61,20 @@ func TestBitListFollowsASliceOfBools(t *testing.T) {
 			}
 			if b.any() != slices.Contains(model, true) {
 				rt.Fatalf("any() = %v", b.any())
+			}
+			var set []int
+			for i, v := range model {
+				if v {
+					set = append(set, i)
+				}
+			}
+			if b.count() != len(set) {
+				rt.Fatalf("count() = %d, want %d", b.count(), len(set))
+			}
+			for k, i := range set {
+				if got := b.nth(k); got != i {
+					rt.Fatalf("nth(%d) = %d, want %d", k, got, i)
+				}
 			}
 		}
 	})

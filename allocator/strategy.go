@@ -210,9 +210,10 @@ func (mostFree) Order(c []Candidate) {
 }
 
 // RandomOrder tries the CIDRs in random order, as the Kubernetes allocator
-// does through Go's map order: every distinct prefix is equally likely to
-// be tried first (CIDRs with the same prefix count as one; see Policy). The allocator then goes on from there in the usual order rather
-// than drawing a whole permutation per allocation.
+// does through Go's map order: every distinct prefix not known to be full
+// is equally likely to be tried first (CIDRs with the same prefix count as
+// one; see Policy). The allocator then goes on from there in the usual
+// order rather than drawing a whole permutation per allocation.
 func RandomOrder() Policy { return randomOrder{} }
 
 type randomOrder struct{}
