@@ -928,8 +928,8 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 		// draws would go on to the open one after it, which would be
 		// tried first twice as often as the others.
 		first := 0
-		if open := &a.open[fam]; open.any() {
-			first = open.nth(rand.IntN(open.count()))
+		if n := a.open[fam].count(); n > 0 {
+			first = a.open[fam].nth(rand.IntN(n))
 		}
 		return a.walkLiveLocked(fam, first, skip, c)
 	case mostFree:
