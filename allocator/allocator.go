@@ -13,7 +13,9 @@
 // the store's watch. Dynamic allocation never scans: a prefix of up to 2^24
 // addresses keeps a bitmap with summary levels, where finding a free
 // address takes a few word reads at any fill; larger ones (IPv6) use a
-// B+tree of used runs, O(log n) in the number of runs.
+// B+tree of used runs, O(log n) in the number of runs, and, for addresses
+// with no used neighbour (those the default strategy spreads at random),
+// an ordered hash table per prefix of up to 2^64 addresses: one line read.
 //
 // Over a store.Locked store (store/memory) an allocation is one critical
 // section under the store's own lock; over others (bbolt, etcd) the chosen
@@ -44,6 +46,7 @@ import (
 	"github.com/netipam/netipam/finalizer"
 	"github.com/netipam/netipam/internal/bitmap"
 	"github.com/netipam/netipam/internal/runset"
+	"github.com/netipam/netipam/internal/sparse"
 	"github.com/netipam/netipam/internal/u128"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
@@ -160,7 +163,7 @@ type Allocator struct {
 	revWait  chan struct{} // closed when rev advances, if someone waits
 	waiters  int
 	index    *cidrset.Index
-	sparse   [2]runset.Set // used addresses in no dense pool, per family (used.go)
+	sparse   [2]sparse.Index // used addresses in no dense pool, per family (used.go)
 	excluded [2]runset.Set
 	// pending holds the addresses chosen whose creation is in flight: a
 	// slice, since there are at most as many as concurrent callers.

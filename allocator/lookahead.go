@@ -18,8 +18,10 @@ const aheadLen = 4
 // drawn, what the search from it will read starts to load: in a dense
 // pool, the store's slot of the address it most likely gives (the first
 // free at or after it, as things are then); in a sparse one, the slot of
-// the start itself (mostly free) and, a level per search, the nodes of
-// the sparse set on the way to it (runset.Approach). In a range whose
+// the start itself (mostly free), the line of the pool's table of lone
+// addresses where the start's search begins (sparse.Index.Prefetch) and,
+// a level per search, the nodes of the run set on the way to it
+// (runset.Approach). In a range whose
 // store or set is larger than the caches, a run of allocations (a burst
 // of new Services) then overlaps each one's waits with the work of the
 // ones before it. A lone allocation gains nothing and loses little: the
@@ -49,7 +51,8 @@ const aheadFreeMin = 1 << 14
 // with the default strategy, in a store that can load slots ahead
 // (store.Prefetcher), for a pool large enough that its slots are past
 // the caches, and with free addresses enough to be spread as widely; a
-// sparse pool, only while the sparse set holds prefetchFrom runs or more.
+// sparse pool, only while the sparse index holds prefetchFrom runs or
+// more (a lone address is a run).
 // With fewer, its addresses are packed in long runs: the set is small
 // enough to stay in cache, and the memory store holds such addresses in
 // blocks, not in the table where a new one's slot would be missed
@@ -96,6 +99,7 @@ func (a *Allocator) startAheadLocked(pl *pool, lo, n u128.U128) u128.U128 {
 	start := lo.Add(la.offs[i])
 	a.prefetcher.PrefetchAddressLocked(start.Addr(pl.fam == 0))
 	set := &a.sparse[pl.fam]
+	set.Prefetch(start)
 	for j := range la.steps {
 		if j != i {
 			set.Step(&la.steps[j])
@@ -121,6 +125,7 @@ func (a *Allocator) loadAheadLocked(pl *pool, lo u128.U128, i int) {
 		set := &a.sparse[pl.fam]
 		set.Approach(&la.steps[i], start)
 		set.Step(&la.steps[i]) // the root is in cache: its child loads now
+		set.Prefetch(start)
 		a.prefetcher.PrefetchAddressLocked(start.Addr(pl.fam == 0))
 		return
 	}

@@ -21,13 +21,15 @@ import (
 // The prefixes the model draws from: small enough to fill, overlapping and
 // identical on purpose, both families; one per family too large for a
 // bitmap (see used.go), covering the small ones, so that addresses move
-// between the two kinds of index as CIDRs come and go; and the edges of
+// between the two kinds of index as CIDRs come and go, and an IPv6 /64
+// around those (the sparse index's tables, for 2^64 addresses at most,
+// take the outermost); and the edges of
 // both address spaces: the whole space, and the last /30, /31, /32 (/127,
 // /128), which offer one address or none.
 var modelPrefixes = []string{
 	"10.0.0.0/28", "10.0.0.0/27", "10.0.0.16/28", "10.0.0.0/28",
 	"10.0.1.0/30", "fd00::/124", "fd00::/123", "fd00::10/124",
-	"10.0.0.0/7", "fd00::/100",
+	"10.0.0.0/7", "fd00::/100", "fd00::/64",
 	"0.0.0.0/0", "255.255.255.252/30", "255.255.255.254/31", "255.255.255.255/32",
 	"::/0", "::/127", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128",
 }

@@ -16,8 +16,12 @@ import (
 //     of /8 or longer and IPv6 of /104 or longer) holds a bitmap of its
 //     range: an address inside one or more dense pools is used iff its bit
 //     is set, and every dense pool containing it agrees;
-//   - a.sparse holds, as runs, exactly the used addresses inside no dense
-//     pool: those of huge IPv6 pools and those outside every CIDR.
+//   - a.sparse holds exactly the used addresses inside no dense pool:
+//     those of huge IPv6 pools and those outside every CIDR, as runs in a
+//     B+tree, but for those of a huge pool (of at most 2^64 addresses)
+//     with no used neighbour, which its prefix's table holds
+//     (internal/sparse): spread at random, they would each be a run, and
+//     a tree of millions of them is past the caches.
 //
 // A bit per address is smaller than a run per address as soon as a range
 // is a few percent used, and it finds a free address in the same few word
@@ -83,6 +87,27 @@ func (a *Allocator) reindexPoolsLocked(f, from int) {
 		pl := list[i]
 		pl.alone = (i == 0 || reach[i-1].Less(pl.first)) && (i == len(list)-1 || pl.last.Less(list[i+1].first))
 	}
+}
+
+// zoned reports whether pl's prefix is one of the sparse index's zones,
+// where it keeps addresses with no used neighbour in a table
+// (internal/sparse): a pool without a bitmap, of at most 2^64 addresses.
+func (pl *pool) zoned() bool {
+	return pl.bits == nil && pl.prefix.Addr().BitLen()-pl.prefix.Bits() <= 64
+}
+
+// rezoneLocked gives the sparse index of family f the prefixes of its
+// zoned pools, after a zoned pool came or went.
+func (a *Allocator) rezoneLocked(f int) {
+	var zones [][2]u128.U128
+	for _, pl := range a.poolList[f] {
+		if pl.zoned() {
+			host := pl.prefix.Addr().BitLen() - pl.prefix.Bits()
+			lo := u128.FromAddr(pl.prefix.Masked().Addr())
+			zones = append(zones, [2]u128.U128{lo, lo.Add(u128.Max().Rsh(uint(128 - host)))})
+		}
+	}
+	a.sparse[f].SetZones(zones)
 }
 
 // denseAtLocked returns a dense pool containing x, or nil.

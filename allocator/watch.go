@@ -160,6 +160,7 @@ func (a *Allocator) buildPoolsLocked() {
 		slices.SortFunc(list, comparePools)
 		a.poolList[f] = list
 		a.reindexPoolsLocked(f, 0)
+		a.rezoneLocked(f)
 		for _, pl := range list {
 			if src, ok := a.poolServiceLocked(pl); ok {
 				a.live[f] = append(a.live[f], src)
@@ -282,6 +283,9 @@ func (a *Allocator) addPoolLocked(p netip.Prefix) *pool {
 	i, _ := slices.BinarySearchFunc(a.poolList[pl.fam], pl, comparePools)
 	a.poolList[pl.fam] = slices.Insert(a.poolList[pl.fam], i, pl)
 	a.reindexPoolsLocked(pl.fam, i)
+	if pl.zoned() {
+		a.rezoneLocked(pl.fam)
+	}
 	return pl
 }
 
@@ -292,6 +296,9 @@ func (a *Allocator) dropPoolLocked(pl *pool) {
 	if i, found := slices.BinarySearchFunc(a.poolList[pl.fam], pl, comparePools); found {
 		a.poolList[pl.fam] = slices.Delete(a.poolList[pl.fam], i, i+1)
 		a.reindexPoolsLocked(pl.fam, i)
+		if pl.zoned() {
+			a.rezoneLocked(pl.fam)
+		}
 	}
 	if pl.bits != nil {
 		a.dropDenseLocked(pl)

@@ -746,6 +746,37 @@ func (s *Set) Contains(x u128.U128) bool {
 	return i >= 0 && !l.end(i).Less(x)
 }
 
+// Near reports whether x-1, x and x+1 are in the set (below is false for
+// x = 0, above for x = Max), with one descent, and two only when x+1 may
+// start the next leaf. It records the search, so that an Add(x) that
+// follows does not search again.
+func (s *Set) Near(x u128.U128) (below, at, above bool) {
+	if s.runs == 0 {
+		return
+	}
+	l, i, ok := s.recalled(x) // NextFree, mostly, has just searched for x
+	if !ok {
+		l, i = s.locate(x)
+		s.remember(l, x, i)
+	}
+	if i >= 0 { // runs are maximal: x-1 is in run i or in none
+		e := l.end(i)
+		at = !e.Less(x)
+		below = at && l.start(i).Less(x) || !at && e.Inc() == x
+		if at && x.Less(e) {
+			return below, true, true
+		}
+	}
+	switch {
+	case x == u128.Max():
+	case i+1 < l.n:
+		above = l.start(i+1) == x.Inc()
+	case s.height > 0: // x's run, or the gap after it, ends the leaf
+		above = s.Contains(x.Inc())
+	}
+	return below, at, above
+}
+
 // RunAt returns the maximal run [start, end] containing x, and ok=false if x
 // is not in the set.
 func (s *Set) RunAt(x u128.U128) (start, end u128.U128, ok bool) {

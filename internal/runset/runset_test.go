@@ -820,6 +820,9 @@ func TestProperty(t *testing.T) {
 				case 4:
 					s.NextFree(y, top)
 				}
+				if rapid.Bool().Draw(t, "near") { // as the sparse index does before an Add
+					s.Near(x)
+				}
 				_, had := m.runAt(x)
 				if got := s.Add(x); got == had {
 					t.Fatalf("Add(%v) = %v after NextFree", x, got)
@@ -861,6 +864,13 @@ func TestProperty(t *testing.T) {
 						r, in := m.runAt(x)
 						if s.Contains(x) != in {
 							t.Fatalf("Contains(%v) = %v", x, !in)
+						}
+						_, inBelow := m.runAt(x.Dec())
+						_, inAbove := m.runAt(x.Inc())
+						inBelow = inBelow && !x.IsZero()
+						inAbove = inAbove && x != top
+						if b, a, c := s.Near(x); b != inBelow || a != in || c != inAbove {
+							t.Fatalf("Near(%v) = %v %v %v, want %v %v %v", x, b, a, c, inBelow, in, inAbove)
 						}
 						a, b, ok := s.RunAt(x)
 						if ok != in || (ok && (rng{a, b}) != r) {

@@ -1,0 +1,287 @@
+package sparse
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/netipam/netipam/internal/u128"
+	"pgregory.net/rapid"
+)
+
+func v(hi, lo uint64) u128.U128 { return u128.U128{Hi: hi, Lo: lo} }
+
+// zoneChoices are the aligned ranges the property test names as zones:
+// nested ones (a zone inside another, and the reverse as zones change),
+// neighbours (singles next to a zone's edge are in another zone), a
+// zone of 2^64 values (whose last offset no table holds), and one just
+// past it.
+var zoneChoices = [][2]u128.U128{
+	{v(1, 0), v(1, 15)},
+	{v(1, 16), v(1, 31)},
+	{v(1, 0), v(1, 63)},
+	{v(1, 64), v(1, 127)},
+	{v(1, 0), v(1, 127)},
+	{v(2, 0), v(2, ^uint64(0))},
+	{v(3, 0), v(3, 7)},
+	{v(3, 8), v(3, 15)},
+	{v(1, 3), v(1, 9)}, // not aligned: ignored
+}
+
+// windows are where values are drawn: across the first zones and the
+// value below them, and across the end of the large zone and the small
+// ones after it.
+var windows = [][2]u128.U128{
+	{v(0, ^uint64(0)-3), v(1, 130)},
+	{v(2, ^uint64(0)-5), v(3, 17)},
+}
+
+func genValue() *rapid.Generator[u128.U128] {
+	return rapid.Custom(func(t *rapid.T) u128.U128 {
+		w := windows[rapid.IntRange(0, len(windows)-1).Draw(t, "window")]
+		return w[0].Add64(rapid.Uint64Range(0, w[1].Sub(w[0]).Lo).Draw(t, "offset"))
+	})
+}
+
+// model is the set as a map.
+type model map[u128.U128]bool
+
+func (m model) sorted() []u128.U128 {
+	return slices.SortedFunc(maps.Keys(m), u128.U128.Cmp)
+}
+
+// runs returns m's maximal runs clipped to [lo, hi].
+func (m model) runs(lo, hi u128.U128) [][2]u128.U128 {
+	var out [][2]u128.U128
+	for _, x := range m.sorted() {
+		if x.Less(lo) || hi.Less(x) {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1][1].Inc() == x {
+			out[n-1][1] = x
+			continue
+		}
+		out = append(out, [2]u128.U128{x, x})
+	}
+	return out
+}
+
+// check verifies s's invariants against m.
+func (s *Index) check(m model) error {
+	for i, z := range s.zones {
+		if i > 0 && !s.zones[i-1].hi.Less(z.lo) {
+			return fmt.Errorf("zones %v and %v meet", s.zones[i-1].lo, z.lo)
+		}
+		if err := z.t.check(); err != nil {
+			return fmt.Errorf("zone %v: %v", z.lo, err)
+		}
+		if !z.wanted && z.t.n == 0 {
+			return fmt.Errorf("zone %v: neither named nor holding anything", z.lo)
+		}
+		for _, k := range z.t.keys() {
+			x := z.lo.Add64(k)
+			if s.runs.Contains(x) {
+				return fmt.Errorf("%v: in a table and in the run set", x)
+			}
+			if !m[x] {
+				return fmt.Errorf("%v: in a table, not in the model", x)
+			}
+			if m[x.Dec()] || m[x.Inc()] {
+				return fmt.Errorf("%v: a single with a used neighbour", x)
+			}
+		}
+	}
+	for x := range m {
+		if !s.Contains(x) {
+			return fmt.Errorf("%v: missing", x)
+		}
+	}
+	if got, want := s.Len(), u128.From64(uint64(len(m))); got != want {
+		return fmt.Errorf("Len %v, want %v", got, want)
+	}
+	if got, want := s.Runs(), len(m.runs(u128.U128{}, u128.Max())); got != want {
+		return fmt.Errorf("Runs %d, want %d", got, want)
+	}
+	return nil
+}
+
+// TestIndexFollowsAMapModel drives an Index through every operation, with
+// zones named, renamed and dropped between them and tables whose reach is
+// short enough to refuse values, against a map.
+func TestIndexFollowsAMapModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var s Index
+		s.reach = rapid.SampledFrom([]int{1, 2, probeMax}).Draw(rt, "reach")
+		m := model{}
+		val := genValue()
+		setZones := func(rt *rapid.T) {
+			var zs [][2]u128.U128
+			for _, z := range zoneChoices {
+				if rapid.Bool().Draw(rt, "zone") {
+					zs = append(zs, z)
+				}
+			}
+			s.SetZones(zs)
+		}
+		setZones(rt)
+		rt.Repeat(map[string]func(*rapid.T){
+			"SetZones": setZones,
+			"Add": func(rt *rapid.T) {
+				for _, x := range rapid.SliceOfN(val, 1, 30).Draw(rt, "xs") {
+					if got := s.Add(x); got == m[x] {
+						rt.Fatalf("Add(%v) = %v", x, got)
+					}
+					m[x] = true
+				}
+			},
+			"Remove": func(rt *rapid.T) {
+				for _, x := range rapid.SliceOfN(val, 1, 30).Draw(rt, "xs") {
+					if got := s.Remove(x); got != m[x] {
+						rt.Fatalf("Remove(%v) = %v", x, got)
+					}
+					delete(m, x)
+				}
+			},
+			"AddRange": func(rt *rapid.T) {
+				lo := val.Draw(rt, "lo")
+				hi := lo.Add64(rapid.Uint64Range(0, 40).Draw(rt, "len")).Sub64(rapid.Uint64Range(0, 1).Draw(rt, "empty"))
+				var want u128.U128
+				for x := lo; !hi.Less(x); x = x.Inc() {
+					if !m[x] {
+						want = want.Inc()
+					}
+					m[x] = true
+					if x == hi {
+						break
+					}
+				}
+				if got := s.AddRange(lo, hi); got != want {
+					rt.Fatalf("AddRange(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
+			},
+			"RemoveRange": func(rt *rapid.T) {
+				lo, hi := val.Draw(rt, "lo"), val.Draw(rt, "hi")
+				var want u128.U128
+				for x := range m {
+					if !x.Less(lo) && !hi.Less(x) {
+						want = want.Inc()
+						delete(m, x)
+					}
+				}
+				if got := s.RemoveRange(lo, hi); got != want {
+					rt.Fatalf("RemoveRange(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
+			},
+			"Reset": func(rt *rapid.T) {
+				xs := rapid.SliceOfN(val, 0, 60).Draw(rt, "xs")
+				m = model{}
+				for _, x := range xs {
+					m[x] = true
+				}
+				if err := s.Reset(m.sorted()); err != nil {
+					rt.Fatal(err)
+				}
+			},
+			"ResetUnsorted": func(rt *rapid.T) {
+				if len(m) < 2 {
+					return
+				}
+				xs := m.sorted()
+				xs[0], xs[1] = xs[1], xs[0]
+				if err := s.Reset(xs); err != ErrNotSorted {
+					rt.Fatalf("Reset of unsorted values: %v", err)
+				}
+			},
+			// Ranges' loop body may change the set: removing each value
+			// as it is yielded must empty the range.
+			"RemoveWhileRanging": func(rt *rapid.T) {
+				lo, hi := val.Draw(rt, "lo"), val.Draw(rt, "hi")
+				for a, b := range s.Ranges(lo, hi) {
+					s.RemoveRange(a, b)
+				}
+				for x := range m {
+					if !x.Less(lo) && !hi.Less(x) {
+						delete(m, x)
+					}
+				}
+			},
+			"": func(rt *rapid.T) {
+				if err := s.check(m); err != nil {
+					rt.Fatal(err)
+				}
+				lo, hi := val.Draw(rt, "lo"), val.Draw(rt, "hi")
+				var got [][2]u128.U128
+				for a, b := range s.Ranges(lo, hi) {
+					got = append(got, [2]u128.U128{a, b})
+				}
+				if want := m.runs(lo, hi); !slices.Equal(got, want) {
+					rt.Fatalf("Ranges(%v, %v) = %v, want %v", lo, hi, got, want)
+				}
+				var n u128.U128
+				for _, r := range got {
+					n = n.Add(r[1].Sub(r[0]).Inc())
+				}
+				if c := s.Count(lo, hi); c != n {
+					rt.Fatalf("Count(%v, %v) = %v, want %v", lo, hi, c, n)
+				}
+				x, ok := s.NextFree(lo, hi)
+				want, wantOK := lo, false
+				for y := lo; !hi.Less(y); y = y.Inc() {
+					if !m[y] {
+						want, wantOK = y, true
+						break
+					}
+					if y == hi {
+						break
+					}
+				}
+				if ok != wantOK || ok && x != want {
+					rt.Fatalf("NextFree(%v, %v) = %v, %v; want %v, %v", lo, hi, x, ok, want, wantOK)
+				}
+			},
+		})
+	})
+}
+
+// TestSinglesGoToTheTableAndRunsToTheRunSet checks where values land in
+// the common cases: spread addresses of a zone in its table, two
+// neighbours together in the run set, and a single that gains a
+// neighbour moved there too.
+func TestSinglesGoToTheTableAndRunsToTheRunSet(t *testing.T) {
+	var s Index
+	s.SetZones([][2]u128.U128{{v(5, 0), v(5, ^uint64(0))}})
+	// Spread over the /64 at every moment, as random ones are: a table's
+	// homes are its values' top bits, and values crowded into a corner of
+	// the zone would be refused.
+	const step = 1<<64/1000 - 1
+	for j := range uint64(1000) {
+		s.Add(v(5, j*337%1000*step))
+	}
+	if s.runs.Runs() != 0 || s.zones[0].t.n != 1000 {
+		t.Fatalf("1000 spread: %d in the run set, %d in the table", s.runs.Runs(), s.zones[0].t.n)
+	}
+	s.Add(v(5, step+1)) // next to step
+	if s.runs.Runs() != 1 || s.zones[0].t.n != 999 {
+		t.Fatalf("after a neighbour: %d runs, %d in the table", s.runs.Runs(), s.zones[0].t.n)
+	}
+	if x, ok := s.NextFree(v(5, step), v(5, ^uint64(0))); !ok || x != v(5, step+2) {
+		t.Fatalf("NextFree after the run: %v %v", x, ok)
+	}
+	// The zone's last value is past what a table holds: it is kept, alone,
+	// in the run set.
+	if !s.Add(v(5, ^uint64(0))) || !s.Contains(v(5, ^uint64(0))) || s.runs.Runs() != 2 {
+		t.Fatalf("last value of the zone: %d runs", s.runs.Runs())
+	}
+	// Dropping the zone keeps its singles where they are; naming a zone
+	// around it moves them into the new zone's table.
+	s.SetZones(nil)
+	if len(s.zones) != 1 || s.zones[0].wanted {
+		t.Fatalf("after SetZones(nil): %d zones", len(s.zones))
+	}
+	s.SetZones([][2]u128.U128{{v(4, 0), v(7, ^uint64(0))}}) // 2^66 values: too large, ignored
+	s.SetZones([][2]u128.U128{{v(5, 0), v(5, ^uint64(0))}})
+	if len(s.zones) != 1 || !s.zones[0].wanted || s.zones[0].t.n != 999 {
+		t.Fatalf("zone named again: %d zones", len(s.zones))
+	}
+}
