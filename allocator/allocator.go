@@ -15,7 +15,7 @@
 // address takes a few word reads at any fill; larger ones (IPv6) use a
 // B+tree of used runs, O(log n) in the number of runs, and, for addresses
 // with no used neighbour (those the default strategy spreads at random),
-// an ordered hash table per prefix of up to 2^64 addresses: one line read.
+// an ordered hash table per prefix: a line or two read.
 //
 // Over a store.Locked store (store/memory) an allocation is one critical
 // section under the store's own lock; over others (bbolt, etcd) the chosen

@@ -8,3 +8,14 @@ func WaitingForWatch(a *Allocator) bool {
 	defer a.mu.Unlock()
 	return a.waiters > 0
 }
+
+// SetSparseActiveFrom has the sparse index of a keep lone addresses in
+// its tables once a huge pool holds n (sparse.Index.SetActiveFrom), so
+// that tests with a few addresses reach the tables.
+func SetSparseActiveFrom(a *Allocator, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for f := range a.sparse {
+		a.sparse[f].SetActiveFrom(n)
+	}
+}

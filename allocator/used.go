@@ -18,8 +18,8 @@ import (
 //     is set, and every dense pool containing it agrees;
 //   - a.sparse holds exactly the used addresses inside no dense pool:
 //     those of huge IPv6 pools and those outside every CIDR, as runs in a
-//     B+tree, but for those of a huge pool (of at most 2^64 addresses)
-//     with no used neighbour, which its prefix's table holds
+//     B+tree, but for those of a huge pool with no used neighbour,
+//     which its prefix's table holds
 //     (internal/sparse): spread at random, they would each be a run, and
 //     a tree of millions of them is past the caches.
 //
@@ -91,10 +91,8 @@ func (a *Allocator) reindexPoolsLocked(f, from int) {
 
 // zoned reports whether pl's prefix is one of the sparse index's zones,
 // where it keeps addresses with no used neighbour in a table
-// (internal/sparse): a pool without a bitmap, of at most 2^64 addresses.
-func (pl *pool) zoned() bool {
-	return pl.bits == nil && pl.prefix.Addr().BitLen()-pl.prefix.Bits() <= 64
-}
+// (internal/sparse): whether pl has no bitmap.
+func (pl *pool) zoned() bool { return pl.bits == nil }
 
 // rezoneLocked gives the sparse index of family f the prefixes of its
 // zoned pools, after a zoned pool came or went.

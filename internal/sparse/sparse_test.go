@@ -27,6 +27,10 @@ var zoneChoices = [][2]u128.U128{
 	{v(3, 0), v(3, 7)},
 	{v(3, 8), v(3, 15)},
 	{v(1, 3), v(1, 9)}, // not aligned: ignored
+	// A wide zone (2^66 values: keys of a top and 2 low bits), and a /64
+	// inside it.
+	{v(4, 0), v(7, ^uint64(0))},
+	{v(5, 0), v(5, ^uint64(0))},
 }
 
 // windows are where values are drawn: across the first zones and the
@@ -35,6 +39,8 @@ var zoneChoices = [][2]u128.U128{
 var windows = [][2]u128.U128{
 	{v(0, ^uint64(0)-3), v(1, 130)},
 	{v(2, ^uint64(0)-5), v(3, 17)},
+	{v(4, ^uint64(0)-9), v(5, 9)},
+	{v(7, ^uint64(0)-9), v(8, 3)},
 }
 
 func genValue() *rapid.Generator[u128.U128] {
@@ -67,6 +73,20 @@ func (m model) runs(lo, hi u128.U128) [][2]u128.U128 {
 	return out
 }
 
+// model returns the values of s, read through Ranges.
+func (s *Index) model() model {
+	m := model{}
+	for a, b := range s.Ranges(u128.U128{}, u128.Max()) {
+		for x := a; ; x = x.Inc() {
+			m[x] = true
+			if x == b {
+				break
+			}
+		}
+	}
+	return m
+}
+
 // check verifies s's invariants against m.
 func (s *Index) check(m model) error {
 	for i, z := range s.zones {
@@ -79,8 +99,11 @@ func (s *Index) check(m model) error {
 		if !z.wanted && z.t.n == 0 {
 			return fmt.Errorf("zone %v: neither named nor holding anything", z.lo)
 		}
-		for _, k := range z.t.keys() {
-			x := z.lo.Add64(k)
+		if !z.active && z.t.n != 0 {
+			return fmt.Errorf("zone %v: inactive, with %d singles", z.lo, z.t.n)
+		}
+		for k := range z.t.keys {
+			x := z.value(k)
 			if s.runs.Contains(x) {
 				return fmt.Errorf("%v: in a table and in the run set", x)
 			}
@@ -91,6 +114,16 @@ func (s *Index) check(m model) error {
 				return fmt.Errorf("%v: a single with a used neighbour", x)
 			}
 		}
+	}
+	singles, active := 0, 0
+	for _, z := range s.zones {
+		singles += z.t.n
+		if z.active {
+			active++
+		}
+	}
+	if singles != s.nSingles || active != s.activeZones {
+		return fmt.Errorf("%d singles and %d active zones counted, %d and %d in the zones", s.nSingles, s.activeZones, singles, active)
 	}
 	for x := range m {
 		if !s.Contains(x) {
@@ -113,6 +146,7 @@ func TestIndexFollowsAMapModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var s Index
 		s.reach = rapid.SampledFrom([]int{1, 2, probeMax}).Draw(rt, "reach")
+		s.fromN = rapid.SampledFrom([]int{1, 2, 5, activeFrom}).Draw(rt, "activeFrom")
 		m := model{}
 		val := genValue()
 		setZones := func(rt *rapid.T) {
@@ -249,7 +283,7 @@ func TestIndexFollowsAMapModel(t *testing.T) {
 // neighbours together in the run set, and a single that gains a
 // neighbour moved there too.
 func TestSinglesGoToTheTableAndRunsToTheRunSet(t *testing.T) {
-	var s Index
+	s := Index{fromN: 1}
 	s.SetZones([][2]u128.U128{{v(5, 0), v(5, ^uint64(0))}})
 	// Spread over the /64 at every moment, as random ones are: a table's
 	// homes are its values' top bits, and values crowded into a corner of
@@ -279,9 +313,37 @@ func TestSinglesGoToTheTableAndRunsToTheRunSet(t *testing.T) {
 	if len(s.zones) != 1 || s.zones[0].wanted {
 		t.Fatalf("after SetZones(nil): %d zones", len(s.zones))
 	}
-	s.SetZones([][2]u128.U128{{v(4, 0), v(7, ^uint64(0))}}) // 2^66 values: too large, ignored
 	s.SetZones([][2]u128.U128{{v(5, 0), v(5, ^uint64(0))}})
 	if len(s.zones) != 1 || !s.zones[0].wanted || s.zones[0].t.n != 999 {
 		t.Fatalf("zone named again: %d zones", len(s.zones))
+	}
+	if err := s.check(s.model()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWideZonesHoldSpreadSingles: a zone of 2^80 values (an IPv6 /48)
+// keeps spread singles in its table too, as a top and a low part.
+func TestWideZonesHoldSpreadSingles(t *testing.T) {
+	s := Index{fromN: 1}
+	lo := v(0x20010db8_00000000, 0)
+	s.SetZones([][2]u128.U128{{lo, lo.Add(u128.Max().Rsh(128 - 80))}})
+	const step = 1<<64/1000 - 1
+	for j := range uint64(1000) {
+		// Spread over the zone's 2^16 /64s and within each.
+		x := lo.Add(u128.U128{Hi: j * 337 % 1000 * 65, Lo: j * 337 % 1000 * step})
+		if !s.Add(x) {
+			t.Fatalf("Add(%v) = false", x)
+		}
+	}
+	if s.runs.Runs() != 0 || s.zones[0].t.n != 1000 || s.zones[0].t.lows == nil {
+		t.Fatalf("1000 spread in a /48: %d in the run set, %d in the table", s.runs.Runs(), s.zones[0].t.n)
+	}
+	if err := s.check(s.model()); err != nil {
+		t.Fatal(err)
+	}
+	// Counting and listing read the table in order, across /64s.
+	if n := s.Count(lo, lo.Add(u128.U128{Hi: 500 * 65})); n != u128.From64(500) { // the 500th is just past
+		t.Fatalf("Count of the lower half = %v", n)
 	}
 }

@@ -4,16 +4,17 @@ import (
 	"unsafe"
 
 	"github.com/netipam/netipam/internal/prefetch"
+	"github.com/netipam/netipam/internal/u128"
 )
 
-// free marks an empty slot. It is above every key a table holds, so a
-// scan for a key stops at the first slot holding that key, a greater one,
-// or nothing, with one comparison.
+// free marks an empty slot. It is above every key's top a table holds,
+// so a scan for a key stops at the first slot holding that key, a
+// greater one, or nothing.
 const free = ^uint64(0)
 
 const (
 	// minBits is the log2 of the homes of the smallest table: 64 slots, so
-	// that a zone holding a few addresses costs half a kilobyte.
+	// that a zone holding a few addresses costs a kilobyte or two.
 	minBits = 6
 	// probeMax is how far past its home a key may sit, and so how many
 	// slots a lookup reads at most (with uniform keys at the load tables
@@ -22,21 +23,31 @@ const (
 	probeMax = 64
 )
 
+// key is an offset in a table's span, split in two for spans past 2^64:
+// top is its upper 64 bits (all of it in a narrower span) and low the
+// rest (0 in a narrower span). Keys order by top, then low.
+type key struct{ top, low uint64 }
+
+func (k key) less(o key) bool { return k.top < o.top || k.top == o.top && k.low < o.low }
+
 // table is a set of offsets below 2^span, sorted in an array with gaps:
-// an ordered hash table whose hash is the key's top bits. The home of key
-// k is k >> (span - bits), so homes rise with keys; every key sits at its
-// home or at most probeMax slots after it, every slot from a key's home
-// to the key is taken, and taken slots hold ascending keys. A lookup
-// reads from the home to the first slot not below the key: one line,
-// mostly. Keys that are spread evenly over the span, as randomly chosen
-// addresses are, land like hashed ones, one or two slots from home; keys
-// that crowd into a few homes would need longer moves, and insert refuses
-// them, so that no operation reads or moves more than about probeMax
-// slots. The zero value holds nothing and refuses every key: init it.
+// an ordered hash table whose hash is the key's top bits. The home of a
+// key is the top bits of its top, so homes rise with keys; every key
+// sits at its home or at most reach slots after it, every slot from a
+// key's home to the key is taken, and taken slots hold ascending keys. A
+// lookup reads from the home to the first slot not below the key: one
+// line, mostly. Keys that are spread evenly over the span, as randomly
+// chosen addresses are, land like hashed ones, one or two slots from
+// home; keys that crowd into a few homes would need longer moves, and
+// insert refuses them, so that no operation reads or moves more than
+// about reach slots. The zero value holds nothing and refuses every key:
+// init it.
 type table struct {
-	slots []uint64 // 1<<bits homes, then probeMax+1 slots of overflow (the last always free)
-	bits  uint8    // log2 of the number of homes; at most span
-	span  uint8    // keys are below 2^span; at most 64
+	slots []uint64 // tops: 1<<bits homes, then reach+1 slots of overflow (the last always free)
+	lows  []uint64 // lows, beside slots, for a span past 64; else nil
+	bits  uint8    // log2 of the number of homes; at most maxBits
+	span  uint8    // keys are below 2^span; at most 128
+	shift uint8    // a top's home is top >> shift
 	n     int
 	reach int // probeMax, or a smaller one in tests
 
@@ -44,86 +55,179 @@ type table struct {
 
 	// spilled holds the keys a resize refused, which are no longer in t:
 	// the caller keeps them elsewhere and empties it.
-	spilled []uint64
+	spilled []key
 }
 
-// init empties t for keys below 2^span, with keys at most probeLimit
-// slots from home.
-func (t *table) init(span uint8, probeLimit int) {
-	*t = table{span: span, reach: probeLimit}
+// init empties t for keys below 2^span, with keys at most reach slots
+// from home.
+func (t *table) init(span uint8, reach int) {
+	*t = table{span: span, reach: reach}
 }
 
-// home returns the home slot of k.
-func (t *table) home(k uint64) int {
-	return int(k >> (t.span - t.bits))
+// wide reports whether t's keys have a low part.
+func (t *table) wide() bool { return t.span > 64 }
+
+// topLimit returns the first top t cannot hold: 2^span for a span below
+// 64, else 2^64-1 (free, which marks empty slots, is never a top).
+func (t *table) topLimit() uint64 {
+	if t.span >= 64 {
+		return free
+	}
+	return 1 << t.span
+}
+
+// lowMax returns the largest low of t's keys.
+func (t *table) lowMax() uint64 {
+	if !t.wide() {
+		return 0
+	}
+	return free >> (128 - t.span)
+}
+
+// keyOf returns the key of offset off, and whether t can hold it (off is
+// below 2^span, and its top is not 2^64-1).
+func (t *table) keyOf(off u128.U128) (key, bool) {
+	if !t.wide() {
+		return key{top: off.Lo}, off.Hi == 0 && off.Lo < t.topLimit()
+	}
+	return t.wideKeyOf(off)
+}
+
+// wideKeyOf is keyOf in a wide table.
+func (t *table) wideKeyOf(off u128.U128) (key, bool) {
+	lowBits := uint(t.span - 64) // 1 to 64
+	if lowBits == 64 {
+		return key{top: off.Hi, low: off.Lo}, off.Hi != free
+	}
+	k := key{top: off.Hi<<(64-lowBits) | off.Lo>>lowBits, low: off.Lo & (free >> (64 - lowBits))}
+	return k, off.Hi>>lowBits == 0 && k.top != free
+}
+
+// offsetOf returns the offset of k.
+func (t *table) offsetOf(k key) u128.U128 {
+	if !t.wide() {
+		return u128.From64(k.top)
+	}
+	lowBits := uint(t.span - 64)
+	if lowBits == 64 {
+		return u128.U128{Hi: k.top, Lo: k.low}
+	}
+	return u128.U128{Hi: k.top >> (64 - lowBits), Lo: k.top<<lowBits | k.low}
+}
+
+// pred and succ return the key before and after k, if t can hold it.
+func (t *table) pred(k key) (key, bool) {
+	switch {
+	case k.low > 0:
+		return key{k.top, k.low - 1}, true
+	case k.top > 0:
+		return key{k.top - 1, t.lowMax()}, true
+	}
+	return key{}, false
+}
+
+func (t *table) succ(k key) (key, bool) {
+	switch {
+	case k.low < t.lowMax():
+		return key{k.top, k.low + 1}, true
+	case k.top+1 < t.topLimit():
+		return key{k.top + 1, 0}, true
+	}
+	return key{}, false
+}
+
+// maxBits returns the log2 of the most homes t may have: one per key
+// its tops can tell apart, and no more than an int can count.
+func (t *table) maxBits() uint8 { return min(t.span, 62) }
+
+// hasSucc reports whether the key after k is one t can hold.
+func (t *table) hasSucc(k key) bool {
+	_, ok := t.succ(k)
+	return ok
+}
+
+// home returns the home slot of a key whose top is top.
+func (t *table) home(top uint64) int { return int(top >> t.shift) }
+
+// at returns the key in slot i, which must be taken.
+func (t *table) at(i int) key {
+	if t.lows == nil {
+		return key{top: t.slots[i]}
+	}
+	return key{t.slots[i], t.lows[i]}
 }
 
 // find returns the first slot at or after i, and at or after k's home,
 // that holds k or more (or nothing), and whether it holds k.
-func (t *table) find(i int, k uint64) (int, bool) {
-	i = max(i, t.home(k))
-	for t.slots[i] < k {
+func (t *table) find(i int, k key) (int, bool) {
+	i = max(i, t.home(k.top))
+	if t.lows != nil {
+		return t.findWide(i, k)
+	}
+	for t.slots[i] < k.top {
 		i++
 	}
-	return i, t.slots[i] == k
+	return i, t.slots[i] == k.top
 }
 
-// has reports whether k is in t.
-func (t *table) has(k uint64) bool {
-	if t.n == 0 || k >= t.limit() {
+// findWide is find in a wide table, from i.
+func (t *table) findWide(i int, k key) (int, bool) {
+	for t.slots[i] < k.top || t.slots[i] == k.top && t.lows[i] < k.low {
+		i++
+	}
+	return i, t.slots[i] == k.top && t.lows[i] == k.low
+}
+
+// has reports whether k is in t. k must be one t can hold (keyOf).
+func (t *table) has(k key) bool {
+	if t.n == 0 {
 		return false
 	}
 	_, ok := t.find(0, k)
 	return ok
 }
 
-// around reports which of k-1, k and k+1 are in t (k-1 for k > 0, k+1
-// below 2^span), in one scan: the three sit in one stretch of slots.
-func (t *table) around(k uint64) (below, at, above bool) {
-	if t.n == 0 || k >= t.limit() {
+// around reports which of the keys before k, k and after k are in t, in
+// one scan: the three sit in one stretch of slots. k must be one t can
+// hold.
+func (t *table) around(k key) (below, at, above bool) {
+	if t.n == 0 {
 		return
 	}
 	i := 0
-	if k > 0 {
-		i, below = t.find(0, k-1)
+	if p, ok := t.pred(k); ok {
+		i, below = t.find(0, p)
 	}
 	i, at = t.find(i, k)
-	if k+1 < t.limit() {
-		_, above = t.find(i, k+1)
+	if s, ok := t.succ(k); ok {
+		_, above = t.find(i, s)
 	}
 	return
 }
 
-// limit returns the first key t cannot hold: 2^span, or 2^64-1 for a
-// span of 64 (free, which marks empty slots, is never a key).
-func (t *table) limit() uint64 {
-	if t.span == 64 {
-		return free
-	}
-	return 1 << t.span
-}
-
 // prefetchKey starts loading the line a lookup of k reads first.
-func (t *table) prefetchKey(k uint64) {
-	if t.n != 0 && k < t.limit() {
-		prefetch.Line(unsafe.Pointer(&t.slots[t.home(k)]))
+func (t *table) prefetchKey(k key) {
+	if t.n == 0 {
+		return
+	}
+	h := t.home(k.top)
+	prefetch.Line(unsafe.Pointer(&t.slots[h]))
+	if t.lows != nil {
+		prefetch.Line(unsafe.Pointer(&t.lows[h]))
 	}
 }
 
-// insert adds k, reporting whether it is in t afterwards: false if k is
-// refused (it is past limit, or it or a key it would move would land
-// more than reach slots from home). Growing the table may refuse keys
-// already in it: they go to spilled.
-func (t *table) insert(k uint64) bool {
-	if k == free || k >= t.limit() {
-		return false
-	}
+// insert adds k, one t can hold, reporting whether it is in t afterwards:
+// false if k is refused (it, or a key it would move, would land more
+// than reach slots from home). Growing the table may refuse keys already
+// in it: they go to spilled.
+func (t *table) insert(k key) bool {
 	if t.slots == nil {
-		t.resize(min(minBits, t.span))
-	} else if t.n >= 3<<t.bits/4 && t.bits < t.span {
+		t.resize(min(minBits, t.maxBits()))
+	} else if t.n >= 3<<t.bits/4 && t.bits < t.maxBits() {
 		t.resize(t.bits + 1)
 	}
-	h := t.home(k)
+	h := t.home(k.top)
 	i, ok := t.find(h, k)
 	if ok {
 		return true
@@ -131,33 +235,37 @@ func (t *table) insert(k uint64) bool {
 	if i-h > t.reach {
 		return false
 	}
-	if t.slots[i] == free && i < len(t.slots)-1 { // mostly: nothing moves
-		t.slots[i] = k
-		t.n++
-		return true
-	}
-	// The keys from i to the first free slot move up one; each must stay
-	// within reach of their homes, and the last slot stays free.
-	j := i
-	for ; t.slots[j] != free; j++ {
-		if j+1-t.home(t.slots[j]) > t.reach {
+	if t.slots[i] != free || i == len(t.slots)-1 {
+		// The keys from i to the first free slot move up one; each must
+		// stay within reach of its home, and the last slot stays free.
+		j := i
+		for ; t.slots[j] != free; j++ {
+			if j+1-t.home(t.slots[j]) > t.reach {
+				return false
+			}
+		}
+		if j == len(t.slots)-1 {
 			return false
 		}
+		copy(t.slots[i+1:j+1], t.slots[i:j])
+		if t.lows != nil {
+			copy(t.lows[i+1:j+1], t.lows[i:j])
+		}
 	}
-	if j == len(t.slots)-1 {
-		return false
+	t.slots[i] = k.top
+	if t.lows != nil {
+		t.lows[i] = k.low
 	}
-	copy(t.slots[i+1:j+1], t.slots[i:j])
-	t.slots[i] = k
 	t.n++
 	return true
 }
 
-// remove removes k and reports whether it was in t. The keys after it
-// that sit past their homes move down one, so that every key's slots
-// from home stay taken. The table shrinks only if no key is refused.
-func (t *table) remove(k uint64) bool {
-	if t.n == 0 || k >= t.limit() {
+// remove removes k, one t can hold, and reports whether it was in t. The
+// keys after it that sit past their homes move down one, so that every
+// key's slots from home stay taken. The table shrinks only if no key is
+// refused.
+func (t *table) remove(k key) bool {
+	if t.n == 0 {
 		return false
 	}
 	i, ok := t.find(0, k)
@@ -167,6 +275,9 @@ func (t *table) remove(k uint64) bool {
 	j := i + 1
 	for ; t.slots[j] != free && t.home(t.slots[j]) < j; j++ {
 		t.slots[j-1] = t.slots[j]
+		if t.lows != nil {
+			t.lows[j-1] = t.lows[j]
+		}
 	}
 	t.slots[j-1] = free
 	t.n--
@@ -174,7 +285,7 @@ func (t *table) remove(k uint64) bool {
 		// Nothing left: give the memory back. (The smallest table stays,
 		// or a pool that holds one address at a time, taken and released,
 		// would make one each time.)
-		t.slots, t.bits, t.shrinkAt = nil, 0, 0
+		t.slots, t.lows, t.bits, t.shrinkAt = nil, nil, 0, 0
 	} else if t.n < t.shrinkAt {
 		// At an eighth of the homes, half of them will do, if the keys
 		// fit: those left may crowd into part of the span (a range was
@@ -189,15 +300,106 @@ func (t *table) remove(k uint64) bool {
 	return true
 }
 
+// next returns the smallest key of t that is k or more.
+func (t *table) next(k key) (key, bool) {
+	if t.n == 0 {
+		return key{}, false
+	}
+	i, _ := t.find(0, k)
+	for ; i < len(t.slots)-1; i++ {
+		if t.slots[i] != free {
+			return t.at(i), true
+		}
+	}
+	return key{}, false
+}
+
+// count returns how many keys of t lie in [lo, hi], keys t can hold.
+func (t *table) count(lo, hi key) int {
+	if t.n == 0 || hi.less(lo) {
+		return 0
+	}
+	if lo == (key{}) && hi == (key{t.topLimit() - 1, t.lowMax()}) {
+		return t.n
+	}
+	n, end := 0, t.home(hi.top)+t.reach // no key up to hi sits past end
+	for i, _ := t.find(0, lo); i < len(t.slots)-1; i++ {
+		if t.slots[i] == free {
+			if i > end {
+				break
+			}
+			continue
+		}
+		if hi.less(t.at(i)) {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// alloc gives t empty slots for 1<<bits homes.
+func (t *table) alloc(bits uint8) {
+	t.bits, t.shrinkAt = bits, 1<<bits/8
+	t.shift = min(t.span, 64) - bits
+	t.slots = make([]uint64, 1<<bits+t.reach+1)
+	for i := range t.slots {
+		t.slots[i] = free
+	}
+	t.lows = nil
+	if t.wide() {
+		t.lows = make([]uint64, len(t.slots))
+	}
+}
+
+// place puts ks, ascending, into t's empty slots, each at its home or
+// just after the key before it; a key that would land more than reach
+// slots from home goes to spilled instead.
+func (t *table) place(ks func(yield func(key) bool)) {
+	last := -1
+	for k := range ks {
+		h := t.home(k.top)
+		p := max(h, last+1)
+		if p-h > t.reach || p >= len(t.slots)-1 {
+			t.spilled = append(t.spilled, k)
+			continue
+		}
+		t.slots[p] = k.top
+		if t.lows != nil {
+			t.lows[p] = k.low
+		}
+		last = p
+		t.n++
+	}
+}
+
+// keys yields the keys of t in ascending order.
+func (t *table) keys(yield func(key) bool) {
+	for i, top := range t.slots {
+		if top != free && !yield(t.at(i)) {
+			return
+		}
+	}
+}
+
+// resize moves the keys into a table of 1<<bits homes (see place).
+func (t *table) resize(bits uint8) {
+	old := *t
+	t.n = 0
+	t.alloc(bits)
+	t.place(old.keys)
+}
+
 // fits reports whether every key would stay within reach of its home in
 // a table of 1<<bits homes.
 func (t *table) fits(bits uint8) bool {
+	shift := min(t.span, 64) - bits
 	last, end := -1, 1<<bits+t.reach
-	for _, k := range t.slots {
-		if k == free {
+	for _, top := range t.slots {
+		if top == free {
 			continue
 		}
-		h := int(k >> (t.span - bits))
+		h := int(top >> shift)
 		p := max(h, last+1)
 		if p-h > t.reach || p >= end {
 			return false
@@ -207,104 +409,23 @@ func (t *table) fits(bits uint8) bool {
 	return true
 }
 
-// next returns the smallest key of t that is k or more.
-func (t *table) next(k uint64) (uint64, bool) {
-	if t.n == 0 || k >= t.limit() {
-		return 0, false
-	}
-	i, _ := t.find(0, k)
-	for ; i < len(t.slots)-1; i++ {
-		if v := t.slots[i]; v != free {
-			return v, true
-		}
-	}
-	return 0, false
-}
-
-// count returns how many keys of t lie in [lo, hi].
-func (t *table) count(lo, hi uint64) int {
-	if t.n == 0 || hi < lo || lo >= t.limit() {
-		return 0
-	}
-	hi = min(hi, t.limit()-1)
-	if lo == 0 && hi == t.limit()-1 {
-		return t.n
-	}
-	n := 0
-	for i, _ := t.find(0, lo); i < len(t.slots)-1; i++ {
-		v := t.slots[i]
-		if v == free {
-			if i > t.home(hi)+t.reach { // no key at most hi sits this far
-				break
-			}
-			continue
-		}
-		if v > hi {
-			break
-		}
-		n++
-	}
-	return n
-}
-
-// resize moves the keys into a table of 1<<bits homes, each at its home
-// or just after the key before it; a key that would land more than max
-// slots from home goes to spilled instead.
-func (t *table) resize(bits uint8) {
-	old := t.slots
-	t.bits, t.shrinkAt = bits, 1<<bits/8
-	t.slots = make([]uint64, 1<<bits+t.reach+1)
-	for i := range t.slots {
-		t.slots[i] = free
-	}
-	last := -1
-	for _, k := range old {
-		if k == free {
-			continue
-		}
-		h := t.home(k)
-		p := max(h, last+1)
-		if p-h > t.reach || p >= len(t.slots)-1 {
-			t.n--
-			t.spilled = append(t.spilled, k)
-			continue
-		}
-		t.slots[p] = k
-		last = p
-	}
-}
-
-// load replaces t's keys with keys, which must be sorted ascending,
-// unique, sizing the table for them; those it refuses go to spilled.
-func (t *table) load(keys []uint64) {
-	t.slots, t.n, t.bits = nil, 0, 0
-	if len(keys) == 0 {
+// load replaces t's keys with ks, ascending, unique and keys t can hold,
+// sizing the table for them; those it refuses go to spilled.
+func (t *table) load(ks []key) {
+	t.slots, t.lows, t.n, t.bits = nil, nil, 0, 0
+	if len(ks) == 0 {
 		return
 	}
-	bits := uint8(minBits)
-	for bits < t.span && len(keys) >= 3<<bits/4 {
+	bits := min(minBits, t.maxBits())
+	for bits < t.maxBits() && len(ks) >= 3<<bits/4 {
 		bits++
 	}
-	t.bits = min(bits, t.span)
-	t.shrinkAt = 1 << t.bits / 8
-	t.slots = make([]uint64, 1<<t.bits+t.reach+1)
-	for i := range t.slots {
-		t.slots[i] = free
-	}
-	last := -1
-	for _, k := range keys {
-		if k >= t.limit() {
-			t.spilled = append(t.spilled, k)
-			continue
+	t.alloc(bits)
+	t.place(func(yield func(key) bool) {
+		for _, k := range ks {
+			if !yield(k) {
+				return
+			}
 		}
-		h := t.home(k)
-		p := max(h, last+1)
-		if p-h > t.reach || p >= len(t.slots)-1 {
-			t.spilled = append(t.spilled, k)
-			continue
-		}
-		t.slots[p] = k
-		last = p
-		t.n++
-	}
+	})
 }
