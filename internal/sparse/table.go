@@ -314,13 +314,30 @@ func (t *table) next(k key) (key, bool) {
 	return key{}, false
 }
 
-// count returns how many keys of t lie in [lo, hi], keys t can hold.
+// count returns how many keys of t lie in [lo, hi], keys t can hold. It
+// reads the slots of the range, or of the rest of the span when that is
+// smaller: a pool's range is its prefix but for an address or two.
 func (t *table) count(lo, hi key) int {
 	if t.n == 0 || hi.less(lo) {
 		return 0
 	}
-	if lo == (key{}) && hi == (key{t.topLimit() - 1, t.lowMax()}) {
-		return t.n
+	if 2*(t.home(hi.top)-t.home(lo.top)) > 1<<t.bits {
+		n := t.n
+		if p, ok := t.pred(lo); ok {
+			n -= t.countIn(key{}, p)
+		}
+		if s, ok := t.succ(hi); ok {
+			n -= t.countIn(s, key{t.topLimit() - 1, t.lowMax()})
+		}
+		return n
+	}
+	return t.countIn(lo, hi)
+}
+
+// countIn is count, reading the slots of [lo, hi].
+func (t *table) countIn(lo, hi key) int {
+	if hi.less(lo) {
+		return 0
 	}
 	n, end := 0, t.home(hi.top)+t.reach // no key up to hi sits past end
 	for i, _ := t.find(0, lo); i < len(t.slots)-1; i++ {
