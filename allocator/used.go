@@ -16,12 +16,12 @@ import (
 //     of /8 or longer and IPv6 of /104 or longer) holds a bitmap of its
 //     range: an address inside one or more dense pools is used iff its bit
 //     is set, and every dense pool containing it agrees;
-//   - a.sparse holds exactly the used addresses inside no dense pool:
-//     those of huge IPv6 pools and those outside every CIDR, as runs in a
-//     B+tree, but for those of a huge pool with no used neighbour,
-//     which its prefix's table holds
-//     (internal/sparse): spread at random, they would each be a run, and
-//     a tree of millions of them is past the caches.
+//   - a.sparse (internal/sparse) holds exactly the used addresses inside
+//     no dense pool: those of huge IPv6 pools and those outside every
+//     CIDR. Runs are in a B+tree; the addresses of a huge pool that have
+//     no used neighbour, as a random start spreads them, are in a table
+//     per prefix, since as runs of one they would make a tree of millions
+//     past the caches.
 //
 // A bit per address is smaller than a run per address as soon as a range
 // is a few percent used, and it finds a free address in the same few word
@@ -91,8 +91,8 @@ func (a *Allocator) reindexPoolsLocked(f, from int) {
 
 // zoned reports whether pl's prefix is one of the sparse index's zones,
 // where it keeps addresses with no used neighbour in a table
-// (internal/sparse): whether pl has no bitmap.
-func (pl *pool) zoned() bool { return pl.bits == nil }
+// (internal/sparse): whether pl is too large for a bitmap.
+func (pl *pool) zoned() bool { return pl.bits == nil && u128.From64(denseMax).Less(pl.size) }
 
 // rezoneLocked gives the sparse index of family f the prefixes of its
 // zoned pools, after a zoned pool came or went.

@@ -95,12 +95,11 @@ type zone struct {
 	checkAt int
 }
 
-// activeFrom is how many values a zone holds, from Add, before it keeps
-// its singles in a table. Below, the run set's nodes for the zone stay
-// in cache, and its path costs a cycle ~200 instructions less than the
-// table's (a table kept for a pool that holds a few addresses at a time,
-// in its tests, made the whole allocation +7 % in instructions at a /64,
-// +10 % at a /48).
+// activeFrom is how many singles a zone holds before it keeps them in a
+// table. Below, the run set's nodes for the zone stay in cache, and its
+// path is the cheaper: with tables from a pool's first address, an
+// allocation and release in an empty /64 took 7 % more instructions, in
+// a /48 10 % (BENCHMARKS, session 38).
 const activeFrom = 1 << 12
 
 // newZone returns an empty zone over [lo, lo+2^span).
@@ -151,8 +150,11 @@ func (s *Index) activate(z *zone) bool {
 		hi = hi.Inc()
 	}
 	for a, b := range s.runs.Ranges(lo, hi) {
+		if b.Less(z.lo) || z.hi.Less(a) { // the value just outside
+			continue
+		}
 		values = values.Add(u128.Min(b, z.hi).Sub(u128.MaxOf(a, z.lo)).Inc())
-		if a != b || a.Less(z.lo) || z.hi.Less(a) {
+		if a != b {
 			continue
 		}
 		if k, ok := z.t.keyOf(a.Sub(z.lo)); ok {
