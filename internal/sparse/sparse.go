@@ -1,6 +1,6 @@
 // Package sparse is the allocator's index of the used addresses that no
-// bitmap holds: those of huge pools (IPv6 shorter than /104) and those
-// outside every pool. It is an ordered set of 128-bit values.
+// bitmap holds: those of pools of more than 2^24 addresses (IPv6 shorter
+// than /104, IPv4 shorter than /8) and those outside every pool. It is an ordered set of 128-bit values.
 //
 // Most of them are runs of consecutive addresses, kept in a run set
 // (internal/runset): its B+tree holds a run in a few bytes however long,
