@@ -154,11 +154,11 @@ func TestAllocatorFollowsTheModel(t *testing.T) {
 		if rapid.Bool().Draw(rt, "observer") {
 			opts = append(opts, allocator.WithObserver(ignoringObserver{}))
 		}
-		// Two allocators share the store, like two apiservers: one shares
-		// its lock, the other takes the remote-store path.
 		// Huge pools keep lone addresses in tables once they hold
 		// activeFrom; from 1 or 3, the model's few addresses reach them.
 		activeFrom := rapid.SampledFrom([]int{1, 3, 0}).Draw(rt, "sparse activeFrom (0: default)")
+		// Two allocators share the store, like two apiservers: one shares
+		// its lock, the other takes the remote-store path.
 		var as []*allocator.Allocator
 		for _, s := range []store.Store{st, unlockedStore{st}} {
 			a, err := allocator.New(ctx, s, opts...)

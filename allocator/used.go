@@ -8,6 +8,7 @@ import (
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/internal/bitmap"
 	"github.com/netipam/netipam/internal/u128"
+	"go4.org/netipx"
 )
 
 // The used addresses of a family are kept in two places, by where they are:
@@ -100,9 +101,7 @@ func (a *Allocator) rezoneLocked(f int) {
 	var zones [][2]u128.U128
 	for _, pl := range a.poolList[f] {
 		if pl.zoned() {
-			host := pl.prefix.Addr().BitLen() - pl.prefix.Bits()
-			lo := u128.FromAddr(pl.prefix.Masked().Addr())
-			zones = append(zones, [2]u128.U128{lo, lo.Add(u128.Max().Rsh(uint(128 - host)))})
+			zones = append(zones, [2]u128.U128{u128.FromAddr(pl.prefix.Masked().Addr()), u128.FromAddr(netipx.PrefixLastIP(pl.prefix))})
 		}
 	}
 	a.sparse[f].SetZones(zones)

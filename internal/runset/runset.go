@@ -13,8 +13,10 @@
 // Memory is what limits the allocator in huge IPv6 ranges, where randomly
 // chosen addresses are each a run of their own, so leaves are kept small and
 // full. (The allocator's sparse index, internal/sparse, keeps most such lone
-// addresses in a table per prefix instead; the rest, and all runs, are here.) A leaf whose runs all lie in one /64 (share the upper 64 bits) stores
-// only the lower halves, in the compact form, and holds twice as many runs.
+// addresses in a table per prefix instead; the rest, and all runs, are
+// here.) A leaf whose runs all lie in one /64 (share the upper 64 bits)
+// stores only the lower halves, in the compact form, and holds twice as many
+// runs.
 // A full leaf first hands runs to a sibling with room, as in a B*-tree, and
 // splits only when neither has any; random insertion then fills leaves to
 // about 88% instead of 70%, about 19 bytes per run in a /64.

@@ -161,7 +161,7 @@ func (s *Index) activate(z *zone) bool {
 			ks = append(ks, k)
 		}
 	}
-	if lone := uint64(len(ks)); lone < uint64(s.activeFrom()) || u128.From64(2*lone).Less(values) {
+	if !s.worthATable(uint64(len(ks)), values) {
 		return false
 	}
 	for _, k := range ks {
@@ -171,12 +171,16 @@ func (s *Index) activate(z *zone) bool {
 	s.activeZones++
 	z.t.load(ks)
 	s.nSingles += z.t.n
-	for _, k := range z.t.spilled {
-		s.runs.Add(z.value(k))
-	}
-	z.t.spilled = z.t.spilled[:0]
+	s.runSpilled(z)
 	s.forgetZones() // slot's answers for z change
 	return true
+}
+
+// worthATable reports whether a zone holding values, lone of them
+// singles, keeps them in a table: activeFrom of them at least, and half
+// its values.
+func (s *Index) worthATable(lone uint64, values u128.U128) bool {
+	return lone >= uint64(s.activeFrom()) && !u128.From64(2*lone).Less(values)
 }
 
 // addedInactive counts one more value added to z, inactive, and has it
@@ -225,11 +229,12 @@ func (s *Index) zoneFrom(x u128.U128) int {
 	return lo
 }
 
-// slot returns the zone holding x and x's offset in it, and whether its
-// table can hold x.
-// A narrow zone lies within one 2^64-aligned block, so x is in the zone
-// found last if it shares its upper half and its offset is in range;
-// every offset of such a zone but 2^64-1 is a key (see table.keyOf).
+// slot returns the zone holding x (nil if none), x's key in it, and
+// whether x may be in its table: the zone is active and its table can
+// hold the key. A narrow zone lies within one 2^64-aligned block, so x is
+// in the narrow zone found last if it shares its upper half and its
+// offset is in range; every offset of such a zone but 2^64-1 is a key
+// (see table.keyOf).
 func (s *Index) slot(x u128.U128) (*zone, key, bool) {
 	if m := &s.memo; m.z != nil && m.x == x {
 		return m.z, m.k, m.ok
@@ -292,16 +297,23 @@ func (s *Index) settle(z *zone) {
 // settleSlow is settle when there is something to do.
 func (s *Index) settleSlow(z *zone) {
 	s.nSingles -= len(z.t.spilled)
-	for _, k := range z.t.spilled {
-		s.runs.Add(z.value(k))
-	}
-	z.t.spilled = z.t.spilled[:0]
+	s.runSpilled(z)
 	if !z.wanted && z.t.n == 0 {
 		i := s.zoneFrom(z.lo)
 		s.zones = slices.Delete(s.zones, i, i+1)
 		s.forgetZones()
 		s.recount()
 	}
+}
+
+// runSpilled moves the keys z's table refused into the run set, where
+// each is an isolated run (nothing next to a single is used). Callers
+// count them out of nSingles if they were counted in.
+func (s *Index) runSpilled(z *zone) {
+	for _, k := range z.t.spilled {
+		s.runs.Add(z.value(k))
+	}
+	z.t.spilled = z.t.spilled[:0]
 }
 
 // removeSingle removes x from its zone's table and reports whether it
@@ -402,12 +414,7 @@ func (s *Index) Add(x u128.U128) bool {
 
 // Remove removes x and reports whether it was present.
 func (s *Index) Remove(x u128.U128) bool {
-	if s.nSingles == 0 {
-		return s.runs.Remove(x)
-	}
-	if z, k, ok := s.slot(x); ok && z.t.remove(k) {
-		s.nSingles--
-		s.settle(z)
+	if s.nSingles != 0 && s.removeSingle(x) {
 		return true
 	}
 	return s.runs.Remove(x)
@@ -605,9 +612,7 @@ func (s *Index) Reset(sorted []u128.U128) error {
 	spilled := false
 	s.adds, s.checkAt = 0, 0
 	for i, z := range s.zones {
-		// Active on activate's terms.
-		lone := len(keys[i])
-		z.active = lone >= s.activeFrom() && 2*lone >= held[i]
+		z.active = s.worthATable(uint64(len(keys[i])), u128.From64(uint64(held[i])))
 		z.held, z.checkAt = held[i], max(s.activeFrom(), 2*held[i])
 		if !z.active {
 			for _, k := range keys[i] {
@@ -649,7 +654,7 @@ func (s *Index) walkZoned(sorted []u128.U128, f func(v u128.U128, zi int, lone b
 }
 
 // SetZones makes the zones those of prefixes, each given as the first and
-// last value of a range of 2^n values (n at most 64) aligned on its size;
+// last value of a range of 2^n values aligned on its size;
 // other ranges are ignored, and of nested ones the outermost is kept.
 // The singles of a zone that goes move to the zone that contains them,
 // if one comes; a zone holding singles and not named again stays until
@@ -720,10 +725,7 @@ func (s *Index) SetZones(prefixes [][2]u128.U128) {
 			}
 		}
 		zones = append(zones, z)
-		for _, k := range z.t.spilled {
-			s.runs.Add(z.value(k))
-		}
-		z.t.spilled = z.t.spilled[:0]
+		s.runSpilled(z) // recount counts the singles
 	}
 	for ; i < len(old); i++ {
 		keep(old[i])

@@ -1,6 +1,8 @@
 package sparse
 
 import (
+	"iter"
+	"slices"
 	"unsafe"
 
 	"github.com/netipam/netipam/internal/prefetch"
@@ -372,7 +374,7 @@ func (t *table) alloc(bits uint8) {
 // place puts ks, ascending, into t's empty slots, each at its home or
 // just after the key before it; a key that would land more than reach
 // slots from home goes to spilled instead.
-func (t *table) place(ks func(yield func(key) bool)) {
+func (t *table) place(ks iter.Seq[key]) {
 	last := -1
 	for k := range ks {
 		h := t.home(k.top)
@@ -438,11 +440,5 @@ func (t *table) load(ks []key) {
 		bits++
 	}
 	t.alloc(bits)
-	t.place(func(yield func(key) bool) {
-		for _, k := range ks {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	t.place(slices.Values(ks))
 }
