@@ -133,6 +133,9 @@ type Allocator struct {
 	mu         *sync.Mutex
 	locked     store.Locked     // st, when it shares its lock; else nil
 	prefetcher store.Prefetcher // locked, when it can prefetch; else nil
+	// ownStart is cfg.strategy when it is the built-in default, whose
+	// starts are drawn ahead (lookahead); else nil.
+	ownStart *ownedStart
 	// self is the watcher New registered with st. Over a locked store, the
 	// single-address paths apply their own writes to the index and have
 	// the store skip it.
@@ -287,7 +290,8 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		a.cfg.strategy = RandomStart(nil)
 	}
 	if ms, ok := a.cfg.strategy.(mixedStart); ok {
-		a.cfg.strategy = ms.own() // Start is called under a.mu only
+		a.ownStart = ms.own() // Start is called under a.mu only
+		a.cfg.strategy = a.ownStart
 	}
 	if f, ok := a.cfg.policy.(PolicyFunc); a.cfg.policy == nil || ok && f == nil {
 		a.cfg.policy = OldestFirst()

@@ -61,9 +61,13 @@ const aheadFreeMin = 1 << 14
 // test pl.large() first, inline: most pools fail it, and this does not
 // inline.)
 func (a *Allocator) looksAheadLocked(pl *pool) bool {
-	_, ok := a.cfg.strategy.(*ownedStart)
-	return ok && pl.large() && a.prefetcher != nil && !pl.size.Sub(pl.used).Less(u128.From64(aheadFreeMin)) &&
-		(pl.bits != nil || a.sparse[pl.fam].Runs() >= prefetchFrom)
+	if a.ownStart == nil || a.prefetcher == nil || !pl.large() {
+		return false
+	}
+	if pl.bits != nil { // at most 2^24 addresses: the low words hold the counts
+		return pl.size.Lo-pl.used.Lo >= aheadFreeMin
+	}
+	return !pl.size.Sub(pl.used).Less(u128.From64(aheadFreeMin)) && a.sparse[pl.fam].Runs() >= prefetchFrom
 }
 
 // startAheadLocked returns a start in [0, n) for the band of pl that
@@ -72,7 +76,7 @@ func (a *Allocator) looksAheadLocked(pl *pool) bool {
 // Starts drawn for a band of another size are dropped (the band
 // changed): the first search after that draws them all.
 func (a *Allocator) startAheadLocked(pl *pool, lo, n u128.U128) u128.U128 {
-	la, s := &a.ahead[pl.fam], a.cfg.strategy.(*ownedStart)
+	la, s := &a.ahead[pl.fam], a.ownStart
 	if la.n != n {
 		for i := range la.offs {
 			la.offs[i] = u128.U128(s.Start(cidrset.Count(n)))
