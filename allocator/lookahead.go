@@ -104,6 +104,15 @@ func (a *Allocator) startAheadLocked(pl *pool, lo, n u128.U128) u128.U128 {
 	a.prefetcher.PrefetchAddressLocked(start.Addr(pl.fam == 0))
 	set := &a.sparse[pl.fam]
 	set.Prefetch(start)
+	if !set.ReadsAhead() {
+		// The run set is small enough to stay in cache (most of a
+		// scattered range's addresses are in its table): its approaches
+		// would load nothing, and their calls cost about 130
+		// instructions a cycle. An approach left from before is
+		// stepped for a value used since if the set grows again,
+		// which loads lines for nothing, once.
+		return off
+	}
 	for j := range la.steps {
 		if j != i {
 			set.Step(&la.steps[j])

@@ -43,7 +43,7 @@ type Approach struct {
 // for a set small enough to stay in cache (below readAheadRuns runs).
 func (s *Set) Approach(p *Approach, x u128.U128) {
 	p.x, p.next, p.depth, p.lf = x, nil, 0, nil
-	if s.runs < readAheadRuns-s.shrink.ahead {
+	if !s.ReadsAhead() {
 		return
 	}
 	if s.height == 0 {
@@ -54,6 +54,10 @@ func (s *Set) Approach(p *Approach, x u128.U128) {
 	p.next, p.sgen = s.root, s.sgen
 	p.lo, p.hi, p.open = u128.U128{}, u128.Max(), true
 }
+
+// ReadsAhead reports whether s is large enough (readAheadRuns runs) for
+// approaches to load anything: below, Approach leaves nothing to step.
+func (s *Set) ReadsAhead() bool { return s.runs >= readAheadRuns-s.shrink.ahead }
 
 // loadInner starts loading the lines of n that a search of it reads: its
 // header and keys, and the array of children of its kind (leafKids, told

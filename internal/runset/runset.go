@@ -343,7 +343,7 @@ func (s *Set) descend(x u128.U128) *leaf {
 		}
 		if n.leafKids {
 			f.depth, f.lf = d+1, n.leaves[i]
-			if s.runs >= readAheadRuns-s.shrink.ahead {
+			if s.ReadsAhead() {
 				// The leaf's header, its sampled starts and then the end
 				// of the run found are three waits one after the other
 				// in a tree past the caches; all its lines at once are one.

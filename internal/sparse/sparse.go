@@ -758,6 +758,10 @@ func (s *Index) Prefetch(x u128.U128) {
 // they load, a level at a time, the nodes a lookup of a value will read.
 func (s *Index) Approach(p *runset.Approach, x u128.U128) { s.runs.Approach(p, x) }
 
+// ReadsAhead is runset.Set.ReadsAhead of the run set: whether approaches
+// to its values load anything.
+func (s *Index) ReadsAhead() bool { return s.runs.ReadsAhead() }
+
 // Step is runset.Set.Step on the run set.
 func (s *Index) Step(p *runset.Approach) bool { return s.runs.Step(p) }
 
