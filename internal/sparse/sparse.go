@@ -373,8 +373,9 @@ func (s *Index) Add(x u128.U128) bool {
 		return true
 	}
 	var below, at, above bool // singles
+	pos := -1                 // where x goes in z's table
 	if ok {
-		below, at, above = z.t.around(k)
+		below, at, above, pos = z.t.around(k)
 		if at {
 			return false
 		}
@@ -393,7 +394,12 @@ func (s *Index) Add(x u128.U128) bool {
 		}
 	}
 	if ok && !below && !above && !runBelow && !runAbove {
-		stored := z.t.insert(k)
+		var stored bool
+		if pos >= 0 && !z.t.full() { // the table is as around found it
+			stored = z.t.put(pos, k)
+		} else {
+			stored = z.t.insert(k)
+		}
 		if stored {
 			s.nSingles++
 		}

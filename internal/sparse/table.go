@@ -193,13 +193,17 @@ func (t *table) has(k key) bool {
 }
 
 // around reports which of the keys before k, k and after k are in t, in
-// one scan: the three sit in one stretch of slots. k must be one t can
-// hold.
-func (t *table) around(k key) (below, at, above bool) {
+// one scan (the three sit in one stretch of slots), and the slot where k
+// is or would go, for put while t does not change (-1 when t is empty).
+// k must be one t can hold.
+func (t *table) around(k key) (below, at, above bool, i int) {
 	if t.n == 0 {
-		return
+		return false, false, false, -1
 	}
-	i := 0
+	if t.lows == nil {
+		return t.aroundNarrow(k.top)
+	}
+	i = 0
 	if p, ok := t.pred(k); ok {
 		i, below = t.find(0, p)
 	}
@@ -207,7 +211,34 @@ func (t *table) around(k key) (below, at, above bool) {
 	if s, ok := t.succ(k); ok {
 		_, above = t.find(i, s)
 	}
-	return
+	return below, at, above, i
+}
+
+// aroundNarrow is around in a table whose keys are their tops: the three
+// scans of find in one, for the allocation of a scattered address reads
+// them all.
+func (t *table) aroundNarrow(top uint64) (below, at, above bool, i int) {
+	h := t.home(top)
+	i = h
+	if top > 0 {
+		p := top - 1
+		for i = t.home(p); t.slots[i] < p; i++ {
+		}
+		if below = t.slots[i] == p; below {
+			i++
+		}
+		i = max(i, h)
+	}
+	for ; t.slots[i] < top; i++ {
+	}
+	at = t.slots[i] == top
+	if s := top + 1; s < t.topLimit() {
+		j := max(i, t.home(s))
+		for ; t.slots[j] < s; j++ {
+		}
+		above = t.slots[j] == s
+	}
+	return below, at, above, i
 }
 
 // prefetchKey starts loading the line a lookup of k reads first.
@@ -229,15 +260,26 @@ func (t *table) prefetchKey(k key) {
 func (t *table) insert(k key) bool {
 	if t.slots == nil {
 		t.resize(min(minBits, t.maxBits()))
-	} else if t.n >= 3<<t.bits/4 && t.bits < t.maxBits() {
+	} else if t.full() {
 		t.resize(t.bits + 1)
 	}
-	h := t.home(k.top)
-	i, ok := t.find(h, k)
+	i, ok := t.find(0, k)
 	if ok {
 		return true
 	}
-	if i-h > t.reach {
+	return t.put(i, k)
+}
+
+// full reports whether an insert would grow t first: it holds 3/4 of its
+// homes' worth, and may have more homes.
+func (t *table) full() bool { return t.n >= 3<<t.bits/4 && t.bits < t.maxBits() }
+
+// put adds k, which t can hold and does not, at slot i: the first at or
+// after k's home holding a larger key or nothing, as find and around
+// return it. It reports false, and changes nothing, if k is refused. The
+// caller has made t not full.
+func (t *table) put(i int, k key) bool {
+	if i-t.home(k.top) > t.reach {
 		return false
 	}
 	if t.slots[i] != free || i == len(t.slots)-1 {

@@ -112,7 +112,15 @@ func TestTableFollowsASortedModel(t *testing.T) {
 					if !can {
 						continue
 					}
-					ok := tb.insert(k)
+					var ok bool
+					// Add's way, when the table need not grow: around,
+					// then put where around said.
+					if tb.n > 0 && !tb.full() && rapid.Bool().Draw(rt, "viaAround") {
+						_, at, _, pos := tb.around(k)
+						ok = at || tb.put(pos, k)
+					} else {
+						ok = tb.insert(k)
+					}
 					takeSpilled(rt)
 					i, had := slices.BinarySearchFunc(model, o, cmp)
 					if had && !ok {
@@ -185,7 +193,14 @@ func TestTableFollowsASortedModel(t *testing.T) {
 			_, ok := slices.BinarySearchFunc(model, o, cmp)
 			return ok
 		}
-		b, a, c := tb.around(lk)
+		b, a, c, pos := tb.around(lk)
+		wantPos := -1
+		if tb.n > 0 {
+			wantPos, _ = tb.find(0, lk)
+		}
+		if pos != wantPos {
+			rt.Fatalf("around(%v) places it at %d, find at %d", lo, pos, wantPos)
+		}
 		_, canPred := tb.pred(lk)
 		_, canSucc := tb.succ(lk)
 		wb := canPred && has(lo.Dec())
