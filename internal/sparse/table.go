@@ -203,20 +203,12 @@ func (t *table) around(k key) (below, at, above bool, i int) {
 	if t.lows == nil {
 		return t.aroundNarrow(k.top)
 	}
-	i = 0
-	if p, ok := t.pred(k); ok {
-		i, below = t.find(0, p)
-	}
-	i, at = t.find(i, k)
-	if s, ok := t.succ(k); ok {
-		_, above = t.find(i, s)
-	}
-	return below, at, above, i
+	return t.aroundWide(k)
 }
 
-// aroundNarrow is around in a table whose keys are their tops: the three
-// scans of find in one, for the allocation of a scattered address reads
-// them all.
+// aroundNarrow and aroundWide are around in a table whose keys are their
+// tops, and in one whose keys have a low part: the three scans of find
+// in one function, which the allocation of a scattered address makes.
 func (t *table) aroundNarrow(top uint64) (below, at, above bool, i int) {
 	h := t.home(top)
 	i = h
@@ -237,6 +229,29 @@ func (t *table) aroundNarrow(top uint64) (below, at, above bool, i int) {
 		for ; t.slots[j] < s; j++ {
 		}
 		above = t.slots[j] == s
+	}
+	return below, at, above, i
+}
+
+func (t *table) aroundWide(k key) (below, at, above bool, i int) {
+	h := t.home(k.top)
+	i = h
+	if p, ok := t.pred(k); ok {
+		for i = t.home(p.top); t.slots[i] < p.top || t.slots[i] == p.top && t.lows[i] < p.low; i++ {
+		}
+		if below = t.slots[i] == p.top && t.lows[i] == p.low; below {
+			i++
+		}
+		i = max(i, h)
+	}
+	for ; t.slots[i] < k.top || t.slots[i] == k.top && t.lows[i] < k.low; i++ {
+	}
+	at = t.slots[i] == k.top && t.lows[i] == k.low
+	if s, ok := t.succ(k); ok {
+		j := max(i, t.home(s.top))
+		for ; t.slots[j] < s.top || t.slots[j] == s.top && t.lows[j] < s.low; j++ {
+		}
+		above = t.slots[j] == s.top && t.lows[j] == s.low
 	}
 	return below, at, above, i
 }
