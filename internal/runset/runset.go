@@ -161,7 +161,8 @@ type found struct {
 // remember records lf.find(x) == i; it must be called after the mutation
 // that made it true, when gen has its final value.
 func (s *Set) remember(lf *leaf, x u128.U128, i int) {
-	s.found = found{gen: s.gen, lf: lf, x: x, i: i}
+	f := &s.found
+	f.gen, f.lf, f.x, f.i = s.gen, lf, x, i
 }
 
 // findIn is lf.find(x), from the record when it is the same search.
