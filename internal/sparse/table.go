@@ -167,16 +167,22 @@ func (t *table) at(i int) key {
 func (t *table) find(i int, k key) (int, bool) {
 	i = max(i, t.home(k.top))
 	if t.lows != nil {
-		return t.findWide(i, k)
+		return t.scanWide(i, k)
 	}
-	for t.slots[i] < k.top {
-		i++
-	}
-	return i, t.slots[i] == k.top
+	return t.scanNarrow(i, k.top)
 }
 
-// findWide is find in a wide table, from i.
-func (t *table) findWide(i int, k key) (int, bool) {
+// scanNarrow and scanWide are find from i, at or after the key's home,
+// in a table whose keys are their tops and in one whose keys have a low
+// part; small enough to inline.
+func (t *table) scanNarrow(i int, top uint64) (int, bool) {
+	for t.slots[i] < top {
+		i++
+	}
+	return i, t.slots[i] == top
+}
+
+func (t *table) scanWide(i int, k key) (int, bool) {
 	for t.slots[i] < k.top || t.slots[i] == k.top && t.lows[i] < k.low {
 		i++
 	}
@@ -193,9 +199,10 @@ func (t *table) has(k key) bool {
 }
 
 // around reports which of the keys before k, k and after k are in t, in
-// one scan (the three sit in one stretch of slots), and the slot where k
-// is or would go, for put while t does not change (-1 when t is empty).
-// k must be one t can hold.
+// one pass (the three sit in one stretch of slots, and each scan goes on
+// from where the one before stopped), and the slot where k is or would
+// go, for put while t does not change (-1 when t is empty). k must be
+// one t can hold.
 func (t *table) around(k key) (below, at, above bool, i int) {
 	if t.n == 0 {
 		return false, false, false, -1
@@ -203,55 +210,25 @@ func (t *table) around(k key) (below, at, above bool, i int) {
 	if t.lows == nil {
 		return t.aroundNarrow(k.top)
 	}
-	return t.aroundWide(k)
-}
-
-// aroundNarrow and aroundWide are around in a table whose keys are their
-// tops, and in one whose keys have a low part: the three scans of find
-// in one function, which the allocation of a scattered address makes.
-func (t *table) aroundNarrow(top uint64) (below, at, above bool, i int) {
-	h := t.home(top)
-	i = h
-	if top > 0 {
-		p := top - 1
-		for i = t.home(p); t.slots[i] < p; i++ {
-		}
-		if below = t.slots[i] == p; below {
-			i++
-		}
-		i = max(i, h)
+	if p, ok := t.pred(k); ok {
+		i, below = t.scanWide(t.home(p.top), p)
 	}
-	for ; t.slots[i] < top; i++ {
-	}
-	at = t.slots[i] == top
-	if s := top + 1; s < t.topLimit() {
-		j := max(i, t.home(s))
-		for ; t.slots[j] < s; j++ {
-		}
-		above = t.slots[j] == s
+	i, at = t.scanWide(max(i, t.home(k.top)), k)
+	if s, ok := t.succ(k); ok {
+		_, above = t.scanWide(max(i, t.home(s.top)), s)
 	}
 	return below, at, above, i
 }
 
-func (t *table) aroundWide(k key) (below, at, above bool, i int) {
-	h := t.home(k.top)
-	i = h
-	if p, ok := t.pred(k); ok {
-		for i = t.home(p.top); t.slots[i] < p.top || t.slots[i] == p.top && t.lows[i] < p.low; i++ {
-		}
-		if below = t.slots[i] == p.top && t.lows[i] == p.low; below {
-			i++
-		}
-		i = max(i, h)
+// aroundNarrow is around in a table whose keys are their tops, where a
+// key's neighbours are its top's.
+func (t *table) aroundNarrow(top uint64) (below, at, above bool, i int) {
+	if top > 0 {
+		i, below = t.scanNarrow(t.home(top-1), top-1)
 	}
-	for ; t.slots[i] < k.top || t.slots[i] == k.top && t.lows[i] < k.low; i++ {
-	}
-	at = t.slots[i] == k.top && t.lows[i] == k.low
-	if s, ok := t.succ(k); ok {
-		j := max(i, t.home(s.top))
-		for ; t.slots[j] < s.top || t.slots[j] == s.top && t.lows[j] < s.low; j++ {
-		}
-		above = t.slots[j] == s.top && t.lows[j] == s.low
+	i, at = t.scanNarrow(max(i, t.home(top)), top)
+	if s := top + 1; s < t.topLimit() {
+		_, above = t.scanNarrow(max(i, t.home(s)), s)
 	}
 	return below, at, above, i
 }
