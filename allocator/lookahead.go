@@ -67,7 +67,7 @@ func (a *Allocator) looksAheadLocked(pl *pool) bool {
 	if pl.bits != nil { // at most 2^24 addresses: the low words hold the counts
 		return pl.size.Lo-pl.used.Lo >= aheadFreeMin
 	}
-	return !pl.size.Sub(pl.used).Less(u128.From64(aheadFreeMin)) && a.sparse[pl.fam].Runs() >= prefetchFrom
+	return a.sparse[pl.fam].Runs() >= prefetchFrom && !pl.size.Sub(pl.used).Less(u128.From64(aheadFreeMin))
 }
 
 // startAheadLocked returns a start in [0, n) for the band of pl that

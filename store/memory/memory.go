@@ -484,7 +484,11 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 // PrefetchOwnerLocked starts loading the owner table's slot that a
 // CreateAddressLocked for owner reads, when the table is past the caches
 // (see store.Prefetcher). The caller holds Mutex.
-func (s *Store) PrefetchOwnerLocked(owner ipaddress.ParentRef) { s.addrs.prefetchOwner(owner) }
+func (s *Store) PrefetchOwnerLocked(owner ipaddress.ParentRef) {
+	if s.addrs.ownersPrefetched() {
+		s.addrs.prefetchOwner(&owner)
+	}
+}
 
 // PrefetchAddressLocked starts loading the address table's slot that a
 // CreateAddressLocked of addr reads, when the table is past the caches

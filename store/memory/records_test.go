@@ -324,7 +324,9 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 				if _, ok := model[a]; ok {
 					rt.Skip("held")
 				}
-				r.prefetchOwner(rapid.SampledFrom(recordsOwners).Draw(rt, "prefetched"))
+				if pre := rapid.SampledFrom(recordsOwners).Draw(rt, "prefetched"); r.ownersPrefetched() {
+					r.prefetchOwner(&pre)
+				}
 				r.prefetchAddr(a)
 				p := rapid.SampledFrom(recordsOwners).Draw(rt, "owner")
 				k, known := r.knownOwnerKey(p)
@@ -346,7 +348,9 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 			},
 			// A prefetch that no create follows at once.
 			"prefetch": func(rt *rapid.T) {
-				r.prefetchOwner(rapid.SampledFrom(recordsOwners).Draw(rt, "prefetched"))
+				if pre := rapid.SampledFrom(recordsOwners).Draw(rt, "prefetched"); r.ownersPrefetched() {
+					r.prefetchOwner(&pre)
+				}
 			},
 			"delete": func(rt *rapid.T) {
 				del(rapid.SampledFrom(recordsPool).Draw(rt, "addr"))
