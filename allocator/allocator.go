@@ -500,7 +500,8 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 		a.mu.Unlock()
 		return false, nil
 	}
-	a.addressChangedLocked(store.AddressPut, c.addr)
+	// addressChangedLocked, from the value chosen.
+	a.markValueLocked(c.x, famIndex(c.addr), true)
 	a.advanceLocked(rev)
 	// Field by field: a record built aside and then copied whole is read
 	// back in 16-byte blocks, each spanning stores of 8 bytes that cannot
@@ -548,6 +549,7 @@ type request struct {
 // choice is where a request will be served from.
 type choice struct {
 	addr  netip.Addr
+	x     u128.U128 // addr's value (u128.FromAddr), when addr is valid
 	fence store.Fence
 }
 
@@ -856,13 +858,14 @@ func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
 	}
 	// Refused or not, the request is live's: the observer counts it there.
 	fence := store.Fence{CIDR: live.Name, Revision: live.Revision}
-	if a.excluded[famIndex(addr)].Contains(u128.FromAddr(addr)) {
+	x := u128.FromAddr(addr)
+	if a.excluded[famIndex(addr)].Contains(x) {
 		return choice{fence: fence}, ErrExcluded
 	}
 	if slices.Contains(a.pending, addr) {
 		return choice{fence: fence}, ErrAllocated
 	}
-	return choice{addr: addr, fence: fence}, nil
+	return choice{addr: addr, x: x, fence: fence}, nil
 }
 
 func (a *Allocator) livePrefixesLocked(fam int) []netip.Prefix {
@@ -1016,7 +1019,7 @@ func (a *Allocator) walkLiveLocked(fam, first int, skip []netip.Addr, c *choice)
 
 // choose sets *c to address x of l.
 func (l *liveSource) choose(x u128.U128, c *choice) {
-	c.addr = x.Addr(l.pool.fam == 0)
+	c.addr, c.x = x.Addr(l.pool.fam == 0), x
 	c.fence = store.Fence{CIDR: l.cidr, Revision: l.rev}
 }
 
@@ -1228,7 +1231,9 @@ func (a *Allocator) Release(ctx context.Context, addr netip.Addr) error {
 		a.mu.Lock()
 		rev, err := a.locked.DeleteAddressLocked(addr, a.self)
 		if err == nil {
-			a.addressChangedLocked(store.AddressDeleted, addr)
+			// addressChangedLocked, with its conversion here, inline: one
+			// call.
+			a.markValueLocked(u128.FromAddr(addr), famIndex(addr), false)
 			a.advanceLocked(rev)
 		}
 		a.mu.Unlock()

@@ -122,12 +122,18 @@ func (a *Allocator) markUsedLocked(addr netip.Addr) { a.markLocked(addr, true) }
 
 // markLocked is markUsedLocked if used; else it removes addr from the
 // used addresses and has the Terminating CIDRs containing it checked
-// again (a release). One function, so that addressChangedLocked inlines
-// and a write makes one call, and both share the common case, a write
-// into the pool written last, the only one holding addr, with a bit for
-// it and no excluded address to count.
+// again (a release).
 func (a *Allocator) markLocked(addr netip.Addr, used bool) {
-	x, fam := u128.FromAddr(addr), famIndex(addr)
+	a.markValueLocked(u128.FromAddr(addr), famIndex(addr), used)
+}
+
+// markValueLocked is markLocked for the address of value x in family
+// fam, for a caller that has the value already (an allocation: the
+// conversion is 28 instructions). One function for both ways, so that a
+// write makes one call, and both share the common case, a write into the
+// pool written last, the only one holding the address, with a bit for it
+// and no excluded address to count.
+func (a *Allocator) markValueLocked(x u128.U128, fam int, used bool) {
 	pl := a.lastAlone[fam][0]
 	// A dense pool's size fits in 64 bits: x is in it if its offset from
 	// the first address is below the size. (An x past a carry into the
