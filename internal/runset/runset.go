@@ -314,11 +314,18 @@ func (n *inner) removeChild(j int) {
 // and that run's index (-1 if x precedes every run). The set must be non-empty.
 // Exact keys make the answer always lie in the leaf reached by the descent.
 func (s *Set) locate(x u128.U128) (*leaf, int) {
-	if s.height == 0 {
-		return s.leaf, s.leaf.find(x)
-	}
-	l := s.descend(x)
+	l := s.leafFor(x)
 	return l, l.find(x)
+}
+
+// leafFor is the leaf locate searches: the root leaf, or the one a
+// descent reaches. It inlines, so that the hot callers (NextFree, Near)
+// reach a root leaf without a call before its search.
+func (s *Set) leafFor(x u128.U128) *leaf {
+	if s.height == 0 {
+		return s.leaf
+	}
+	return s.descend(x)
 }
 
 // descend returns the leaf a descent for x reaches, with its path in
@@ -760,7 +767,8 @@ func (s *Set) Near(x u128.U128) (below, at, above bool) {
 	}
 	l, i, ok := s.recalled(x) // NextFree, mostly, has just searched for x
 	if !ok {
-		l, i = s.locate(x)
+		l = s.leafFor(x) // locate, without its call
+		i = l.find(x)
 		s.remember(l, x, i)
 	}
 	if i >= 0 { // runs are maximal: x-1 is in run i or in none
@@ -805,7 +813,8 @@ func (s *Set) NextFree(from, to u128.U128) (u128.U128, bool) {
 	if s.runs == 0 {
 		return from, true
 	}
-	l, i := s.locate(from)
+	l := s.leafFor(from) // locate, without its call
+	i := l.find(from)
 	if i < 0 || l.end(i).Less(from) {
 		s.remember(l, from, i)
 		return from, true
