@@ -912,7 +912,7 @@ func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *c
 			if pl.bits != nil {
 				if x, ok := a.nextInDenseLocked(pl); ok {
 					live[0].choose(x, c)
-					if a.prefetcher != nil && pl.large() && !a.looksAheadLocked(pl) {
+					if a.prefetcher != nil && pl.large() && !a.denseLooksAheadLocked(pl) {
 						// The store will look the address up: its slot
 						// loads while the owner is validated
 						// (allocateOneLocked). -9 to -10 % at 50 and 90 %

@@ -516,7 +516,7 @@ func (a *Allocator) nextInDenseLocked(pl *pool) (u128.U128, bool) {
 	for {
 		n := hi - lo + 1
 		var off u128.U128
-		if upper && pl.large() && a.looksAheadLocked(pl) {
+		if upper && a.denseLooksAheadLocked(pl) {
 			off = a.startAheadLocked(pl, pl.first.Add64(lo), u128.From64(n))
 		} else {
 			off = u128.U128(a.cfg.strategy.Start(cidrset.Count{Lo: n}))
