@@ -47,8 +47,9 @@ type lookahead struct {
 // bits at 99.9 %), and would be made twice.
 const aheadFreeMin = 1 << 14
 
-// looksAheadLocked reports whether a search of pl draws its start ahead:
-// with the default strategy, in a store that can load slots ahead
+// denseLooksAheadLocked and sparseLooksAheadLocked report whether a
+// search of pl, a pool with a bitmap or one without, draws its start
+// ahead: with the default strategy, in a store that can load slots ahead
 // (store.Prefetcher), for a pool large enough that its slots are past
 // the caches, and with free addresses enough to be spread as widely; a
 // sparse pool, only while the sparse index holds prefetchFrom runs or
@@ -57,26 +58,20 @@ const aheadFreeMin = 1 << 14
 // enough to stay in cache, and the memory store holds such addresses in
 // blocks, not in the table where a new one's slot would be missed
 // (a /64 holding 100k packed addresses: 3,903 instructions a cycle
-// drawing ahead, 3,645 not). (The sparse search tests the set's runs
-// and pl.large() first, inline: most pools fail them, and this does not
-// inline; the dense search calls denseLooksAheadLocked, which does.)
-func (a *Allocator) looksAheadLocked(pl *pool) bool {
-	if pl.bits != nil {
-		return a.denseLooksAheadLocked(pl)
-	}
-	if a.ownStart == nil || a.prefetcher == nil || !pl.large() {
-		return false
-	}
-	return a.sparse[pl.fam].Runs() >= prefetchFrom && !pl.size.Sub(pl.used).Less(u128.From64(aheadFreeMin))
-}
-
-// denseLooksAheadLocked is looksAheadLocked for a pool with a bitmap. It
-// inlines, so that the dense search, which asks twice a cycle, makes no
-// call (36 of a /12's ~2,520 instructions a cycle went to the two).
-// Such a pool holds at most 2^24 addresses: the low words hold the
-// counts, and pl.large() is a test of the low word.
+// drawing ahead, 3,645 not). Each tests first what most pools fail.
+// The dense one inlines (its search asks twice a cycle: 36 of a /12's
+// ~2,520 instructions a cycle went to the two calls): a pool with a
+// bitmap holds at most 2^24 addresses, so the low words hold its counts
+// and pl.large() is a test of the low word. The sparse one does not
+// inline; its caller repeats its first test inline, so that a pool of
+// packed addresses (a few runs) makes no call (22 instructions a cycle).
 func (a *Allocator) denseLooksAheadLocked(pl *pool) bool {
 	return pl.used.Lo >= prefetchFrom && a.ownStart != nil && a.prefetcher != nil && pl.size.Lo-pl.used.Lo >= aheadFreeMin
+}
+
+func (a *Allocator) sparseLooksAheadLocked(pl *pool) bool {
+	return a.sparse[pl.fam].Runs() >= prefetchFrom && pl.large() && a.ownStart != nil && a.prefetcher != nil &&
+		!pl.size.Sub(pl.used).Less(u128.From64(aheadFreeMin))
 }
 
 // startAheadLocked returns a start in [0, n) for the band of pl that

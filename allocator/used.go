@@ -554,9 +554,8 @@ func (a *Allocator) nextInSparseLocked(pl *pool) (u128.U128, bool) {
 	for {
 		n := hi.Sub(lo).Inc()
 		var off u128.U128
-		// (The set's runs first, inline: a pool of packed addresses has
-		// few, and then makes no call.)
-		ahead := upper && set.Runs() >= prefetchFrom && pl.large() && a.looksAheadLocked(pl)
+		// (The set's runs first, inline: see sparseLooksAheadLocked.)
+		ahead := upper && set.Runs() >= prefetchFrom && a.sparseLooksAheadLocked(pl)
 		if ahead {
 			off = a.startAheadLocked(pl, lo, n) // what it reads loaded then
 		} else {
