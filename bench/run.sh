@@ -9,7 +9,8 @@
 #   bench/run.sh                 # full run, COUNT=6 samples per benchmark
 #   COUNT=10 bench/run.sh        # more samples
 #   ONLY="alloc heap" bench/run.sh      # only some groups (names below;
-#                                       # scale: the core module's scale benchmarks)
+#                                       # scale: the core module's scale benchmarks;
+#                                       # ir: instruction counts, under valgrind)
 #   INTERLEAVE= bench/run.sh     # every group's samples back to back (by
 #                                # default the alloc group's are taken in
 #                                # rounds; see below)
@@ -24,7 +25,9 @@
 #
 # The full run sets NETIPAM_BENCH_FULL=1: 10M-address fixtures (several GB
 # of heap), the IPAddress allocator on 64k-address ranges, 1M-address cold
-# start, memory and finalizer fixtures. It takes 38–55 minutes on 2 cores.
+# start, memory and finalizer fixtures. It takes 38–55 minutes on 2 cores,
+# and about 5 more for the ir group (valgrind; the run refuses to start
+# without it unless ONLY leaves the group out).
 # CI instead runs every benchmark once, reduced:
 #   go test -run '^$' -bench . -benchtime 1x ./...
 set -euo pipefail
@@ -40,7 +43,7 @@ COUNT=${COUNT:-6}
 # round, which cost no time that showed: 730 s for the group in rounds
 # (session 36), about 12 minutes back to back (session 35).
 INTERLEAVE=${INTERLEAVE-alloc}
-all="alloc large prefetch ops finalizer heap floor calibrate scale"
+all="alloc large prefetch ops finalizer heap floor calibrate ir scale"
 commit=${NETIPAM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [[ -n ${ONLY:-} ]]; then
 	for name in $ONLY; do
@@ -63,6 +66,12 @@ for name in $INTERLEAVE; do
 		exit 2
 	fi
 done
+
+if [[ " $ONLY " == *" ir "* ]] && ! command -v valgrind >/dev/null; then
+	echo "run.sh: the ir group counts instructions under valgrind, which is not installed" >&2
+	echo "run.sh: install it (Debian: apt-get install valgrind) or leave the group out (ONLY=...)" >&2
+	exit 2
+fi
 
 mkdir -p "$OUT"
 case $OUT in
@@ -122,6 +131,30 @@ for g in "${groups[@]}"; do
 	echo "== $name took $(( SECONDS - start ))s" >&2
 done
 
+# Instructions a cycle (ir.sh), netipam's and the bitmap's, at the fills
+# of the 5x target on the targets' prefixes: unlike time, counts do not
+# move with the host, and beside the alloc group's times they give how
+# many instructions of each the host ran a nanosecond (the summary's
+# instructions table). One count each: with a random start they differ by
+# a few per cent from run to run. About a minute each, under valgrind.
+ir=
+if [[ " $ONLY " == *" ir "* ]]; then
+	echo "== ir: instructions a cycle, bench/ir.sh" >&2
+	start=$SECONDS
+	ir=$OUT/ir.txt
+	: >"$ir"
+	for p in 16 12; do
+		for f in 0 50 90; do
+			for impl in netipam k8s-bitmap; do
+				n=$(./ir.sh "$bin" "BenchmarkAllocRelease\$/impl=$impl\$/prefix=$p\$/fill=$f\$" | cut -f2 | cut -d' ' -f1)
+				printf 'BenchmarkAllocRelease/impl=%s/prefix=%s/fill=%s\t%s\t%s instr/op\n' \
+					"$impl" "$p" "$f" "${N:-20000}" "$n" | tee -a "$ir" >&2
+			done
+		done
+	done
+	echo "== ir took $(( SECONDS - start ))s" >&2
+fi
+
 # Scale in owners and CIDRs: benchmarks of the core module's own packages
 # (netipam alone, no peer), for the report's "Scale in owners and CIDRs".
 scale_re='^Benchmark(RecordsHeavyOwner|AllocateNextReleaseManyCIDRs|AllocateNextReleaseBesideFullCIDRs|CIDRChangeManyCIDRs|ReleaseInTerminatingCIDR|ReleaseUnderABlockedSupernet|BesideBlockedCIDRs)$'
@@ -151,7 +184,7 @@ fi
 
 # The plot and the targets are drawn around the alloc group.
 if [[ " $ONLY " == *" alloc "* ]]; then
-	go run ./cmd/plot -o "$OUT/fill.svg" "${raw[@]}" | tee "$OUT/summary.md"
+	go run ./cmd/plot -o "$OUT/fill.svg" "${raw[@]}" ${ir:+"$ir"} | tee "$OUT/summary.md"
 else
 	echo "== no plot nor summary: they need the alloc group" >&2
 fi

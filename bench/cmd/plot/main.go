@@ -272,6 +272,58 @@ func floorTable(w io.Writer, rs *results) {
 	fmt.Fprintln(w)
 }
 
+// instrUnit is the unit of the instruction counts run.sh's ir group
+// writes (bench/ir.sh's, as benchmark lines).
+const instrUnit = "instr/op"
+
+// instrTable prints, if the results hold instruction counts, netipam's
+// and the bitmap's instructions a cycle, their ratio, and how many of
+// each the host ran a nanosecond (the count over the run's median time).
+// The ratio does not move with the host; the speed-up in time is that
+// ratio times the ratio of the two rates, which depends on the processor.
+func instrTable(w io.Writer, rs *results) {
+	var rows []string
+	for _, p := range prefixes {
+		for _, f := range fills {
+			ni, nok := rs.get(bench, instrUnit, "impl", "netipam", "prefix", p.bits, "fill", f)
+			bi, bok := rs.get(bench, instrUnit, "impl", "k8s-bitmap", "prefix", p.bits, "fill", f)
+			if !nok && !bok {
+				continue
+			}
+			count := func(v float64, ok bool) string {
+				if !ok {
+					return "–"
+				}
+				return strconv.FormatFloat(v, 'f', 0, 64)
+			}
+			rate := func(impl string, v float64, ok bool) string {
+				t, tok := rs.get(bench, "ns/op", "impl", impl, "prefix", p.bits, "fill", f)
+				if !ok || !tok || t <= 0 {
+					return "–"
+				}
+				return strconv.FormatFloat(v/t, 'f', 1, 64)
+			}
+			ratio := "–"
+			if nok && bok && ni > 0 {
+				ratio = fmtRatio(bi / ni)
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", p.title, f,
+				count(ni, nok), count(bi, bok), ratio, rate("netipam", ni, nok), rate("k8s-bitmap", bi, bok)))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Instructions an alloc+release (bench/ir.sh), and how many a nanosecond this host ran")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| prefix | fill % | netipam | k8s-bitmap | bitmap / netipam | netipam a ns | bitmap a ns |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
+	fmt.Fprintln(w)
+}
+
 // summary prints the speedup table and the targets.
 func summary(w io.Writer, rs *results) {
 	fmt.Fprintln(w, "### AllocateNext + Release, medians, and netipam's speedup")
@@ -296,6 +348,7 @@ func summary(w io.Writer, rs *results) {
 	}
 	fmt.Fprintln(w)
 	floorTable(w, rs)
+	instrTable(w, rs)
 	fmt.Fprintln(w, "### IPv6 /64 and /48 with addresses already allocated, medians")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| prefix | used | layout | netipam | netipam-seq | k8s-bitmap | k8s-ipaddress |")
