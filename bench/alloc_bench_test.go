@@ -47,7 +47,12 @@ func ipaddressRuns(p netip.Prefix) bool {
 }
 
 // allocRelease is the measured operation: AllocateNext, then Release of
-// that address, so the fill level stays put.
+// that address, so the fill level stays put. Never inlined: ir.sh counts
+// the instructions executed inside it, which it finds by name, and a
+// build with a profile (-pgo) would otherwise inline it into each
+// benchmark (called once a benchmark, it costs nothing a cycle).
+//
+//go:noinline
 func allocRelease(b *testing.B, a Allocator) {
 	for b.Loop() {
 		x, err := a.AllocateNext()
