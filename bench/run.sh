@@ -147,6 +147,11 @@ if [[ " $ONLY " == *" ir "* ]]; then
 		for f in 0 50 90; do
 			for impl in netipam k8s-bitmap; do
 				n=$(./ir.sh "$bin" "BenchmarkAllocRelease\$/impl=$impl\$/prefix=$p\$/fill=$f\$" | cut -f2 | cut -d' ' -f1)
+				if ! [[ $n =~ ^[1-9][0-9]*$ ]]; then
+					# 0: valgrind saw no call of allocRelease (inlined?).
+					echo "run.sh: ir.sh counted '$n' instructions for $impl /$p at $f %" >&2
+					exit 1
+				fi
 				printf 'BenchmarkAllocRelease/impl=%s/prefix=%s/fill=%s\t%s\t%s instr/op\n' \
 					"$impl" "$p" "$f" "${N:-20000}" "$n" | tee -a "$ir" >&2
 			done
