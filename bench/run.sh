@@ -26,7 +26,7 @@
 # The full run sets NETIPAM_BENCH_FULL=1: 10M-address fixtures (several GB
 # of heap), the IPAddress allocator on 64k-address ranges, 1M-address cold
 # start, memory and finalizer fixtures. It takes 38–55 minutes on 2 cores,
-# and about 5 more for the ir group (valgrind; the run refuses to start
+# and 2–5 more for the ir group (valgrind; the run refuses to start
 # without it unless ONLY leaves the group out).
 # CI instead runs every benchmark once, reduced:
 #   go test -run '^$' -bench . -benchtime 1x ./...
@@ -136,7 +136,7 @@ done
 # move with the host, and beside the alloc group's times they give how
 # many instructions of each the host ran a nanosecond (the summary's
 # instructions table). One count each: with a random start they differ by
-# a few per cent from run to run. About a minute each, under valgrind.
+# a few per cent from run to run. 10–20 s each under valgrind (139 s in all).
 ir=
 if [[ " $ONLY " == *" ir "* ]]; then
 	echo "== ir: instructions a cycle, bench/ir.sh" >&2

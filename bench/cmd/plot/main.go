@@ -259,13 +259,18 @@ func floorTable(w io.Writer, rs *results) {
 			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", p.title, f, fmtNs(fv), dense, indexed, ns, ratio, nsIndexed, ratioIndexed))
 		}
 	}
+	printTable(w, "The floor: a mutex, a bitmap and owners in a Go map or an array (with an owner index or without), medians",
+		"prefix | fill % | floor | floor-dense | floor-indexed | netipam | netipam / floor | netipam-indexed | netipam-indexed / floor-indexed", rows)
+}
+
+// printTable prints a Markdown table under a heading: title, the columns
+// of header (separated by " | "), then rows, each a whole "| … |" line.
+// With no rows it prints nothing: the results did not hold the table.
+func printTable(w io.Writer, title, header string, rows []string) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### The floor: a mutex, a bitmap and owners in a Go map or an array (with an owner index or without), medians")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| prefix | fill % | floor | floor-dense | floor-indexed | netipam | netipam / floor | netipam-indexed | netipam-indexed / floor-indexed |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "### %s\n\n| %s |\n|%s\n", title, header, strings.Repeat("---|", strings.Count(header, " | ")+1))
 	for _, r := range rows {
 		fmt.Fprintln(w, r)
 	}
@@ -285,43 +290,32 @@ func instrTable(w io.Writer, rs *results) {
 	var rows []string
 	for _, p := range prefixes {
 		for _, f := range fills {
-			ni, nok := rs.get(bench, instrUnit, "impl", "netipam", "prefix", p.bits, "fill", f)
-			bi, bok := rs.get(bench, instrUnit, "impl", "k8s-bitmap", "prefix", p.bits, "fill", f)
-			if !nok && !bok {
+			// A side's count and rate, or dashes where it has no count.
+			side := func(impl string) (n float64, count, rate string) {
+				n, ok := rs.get(bench, instrUnit, "impl", impl, "prefix", p.bits, "fill", f)
+				if !ok {
+					return 0, "–", "–"
+				}
+				count, rate = strconv.FormatFloat(n, 'f', 0, 64), "–"
+				if t, ok := rs.get(bench, "ns/op", "impl", impl, "prefix", p.bits, "fill", f); ok && t > 0 {
+					rate = strconv.FormatFloat(n/t, 'f', 1, 64)
+				}
+				return n, count, rate
+			}
+			ni, nc, nr := side("netipam")
+			bi, bc, br := side("k8s-bitmap")
+			if nc == "–" && bc == "–" {
 				continue
 			}
-			count := func(v float64, ok bool) string {
-				if !ok {
-					return "–"
-				}
-				return strconv.FormatFloat(v, 'f', 0, 64)
-			}
-			rate := func(impl string, v float64, ok bool) string {
-				t, tok := rs.get(bench, "ns/op", "impl", impl, "prefix", p.bits, "fill", f)
-				if !ok || !tok || t <= 0 {
-					return "–"
-				}
-				return strconv.FormatFloat(v/t, 'f', 1, 64)
-			}
 			ratio := "–"
-			if nok && bok && ni > 0 {
+			if ni > 0 && bi > 0 {
 				ratio = fmtRatio(bi / ni)
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", p.title, f,
-				count(ni, nok), count(bi, bok), ratio, rate("netipam", ni, nok), rate("k8s-bitmap", bi, bok)))
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", p.title, f, nc, bc, ratio, nr, br))
 		}
 	}
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "### Instructions an alloc+release (bench/ir.sh), and how many a nanosecond this host ran")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| prefix | fill % | netipam | k8s-bitmap | bitmap / netipam | netipam a ns | bitmap a ns |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	for _, r := range rows {
-		fmt.Fprintln(w, r)
-	}
-	fmt.Fprintln(w)
+	printTable(w, "Instructions an alloc+release (bench/ir.sh), and how many a nanosecond this host ran",
+		"prefix | fill % | netipam | k8s-bitmap | bitmap / netipam | netipam a ns | bitmap a ns", rows)
 }
 
 // summary prints the speedup table and the targets.
