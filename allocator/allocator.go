@@ -376,7 +376,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner 
 		return rec, err
 	}
 	if a.locked != nil && a.cfg.observer == nil {
-		if done, err := a.allocateOneLocked(ctx, owner, request{family: f}, &rec); done {
+		if done, err := a.allocateOneLocked(ctx, &owner, request{family: f}, &rec); done {
 			return rec, err
 		}
 	}
@@ -395,7 +395,7 @@ func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddre
 		return rec, err
 	}
 	if a.locked != nil && a.cfg.observer == nil {
-		if done, err := a.allocateOneLocked(ctx, owner, request{addr: addr}, &rec); done {
+		if done, err := a.allocateOneLocked(ctx, &owner, request{addr: addr}, &rec); done {
 			return rec, err
 		}
 	}
@@ -453,7 +453,7 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 // retries, maps the refusal and reports, takes over. The record goes to
 // *out, the caller's result, when done without error; *out is left as it
 // was otherwise.
-func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.ParentRef, r request, out *ipaddress.IPAddress) (done bool, err error) {
+func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.ParentRef, r request, out *ipaddress.IPAddress) (done bool, err error) {
 	// The order of allocateOnce, whose doc says why.
 	if err := ctx.Err(); err != nil {
 		return true, err
@@ -474,12 +474,12 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	} else {
 		if a.prefetchesLocked(r.family) {
 			// Its slot in the owner table loads while the search runs.
-			a.prefetcher.PrefetchOwnerLocked(owner)
+			a.prefetcher.PrefetchOwnerLocked(*owner)
 		}
 		err = a.chooseNextLocked(r.family, nil, &c)
 	}
 	var ok bool
-	if a.owner, ok = a.owners.Check(owner); !ok {
+	if a.owner, ok = a.owners.Check(*owner); !ok {
 		a.mu.Unlock()
 		return false, nil
 	}
@@ -508,7 +508,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner ipaddress.Paren
 	// be forwarded to it, and the processor waits for them to reach the
 	// cache.
 	out.Addr = c.addr
-	out.Parent = owner
+	out.Parent = *owner
 	out.Created = created
 	out.Revision = rev
 	a.mu.Unlock()

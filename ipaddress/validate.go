@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/netipam/netipam/internal/legacyip"
 )
@@ -282,13 +283,21 @@ func (c *ParentRefChecker) Check(p ParentRef) (ValidParentRef, bool) {
 // passes is Check's verdict, apart so that Check inlines: its result is
 // then made where the caller keeps it, without a copy on the way.
 func (c *ParentRefChecker) passes(p *ParentRef) bool {
-	if s := &c.scope; p.Group != s.Group || p.Resource != s.Resource || p.Namespace != s.Namespace || s.Resource == "" {
+	if s := &c.scope; !sameString(p.Namespace, s.Namespace) || !sameString(p.Resource, s.Resource) || !sameString(p.Group, s.Group) || s.Resource == "" {
 		if !p.scopeValid() {
 			return false
 		}
 		*s = ParentRef{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace}
 	}
 	return nameValid(p.Name)
+}
+
+// sameString reports whether a == b, without comparing the bytes when both
+// are the same string (the same bytes at the same address), as a scope that
+// passed and the next owner's mostly are: a caller's constants, or one
+// decoded string shared by its objects.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // scopeValid and nameValid are the verdicts alone: the same rules as
@@ -448,20 +457,19 @@ const (
 // if s is empty or does not start and end with a lower-case letter or
 // digit: a label is exactly a string with no bit but classHyphen. Eight
 // bytes at a time, as one expression, so the loop's own work is paid once
-// per eight bytes; each step reads a window of a fixed eight bytes, whose
-// loads then need no bounds checks of their own.
+// per eight bytes; the loop's test (eight bytes left) proves the eight
+// loads in bounds, and s moves on by them: no index to check each time.
 func nameClasses(s string) byte {
 	if len(s) == 0 || nameClass[s[0]]|nameClass[s[len(s)-1]] != 0 {
 		return classEdge
 	}
 	var c byte
-	i := 8
-	for ; i <= len(s); i += 8 {
-		w := s[i-8 : i]
-		c |= nameClass[w[0]] | nameClass[w[1]] | nameClass[w[2]] | nameClass[w[3]] |
-			nameClass[w[4]] | nameClass[w[5]] | nameClass[w[6]] | nameClass[w[7]]
+	i := 0
+	for ; i <= len(s)-8; i += 8 {
+		c |= nameClass[s[i]] | nameClass[s[i+1]] | nameClass[s[i+2]] | nameClass[s[i+3]] |
+			nameClass[s[i+4]] | nameClass[s[i+5]] | nameClass[s[i+6]] | nameClass[s[i+7]]
 	}
-	for i -= 8; i < len(s); i++ {
+	for ; i < len(s); i++ {
 		c |= nameClass[s[i]]
 	}
 	return c

@@ -1572,8 +1572,8 @@ func (a *arena) alloc(size int) (int, int, bool) {
 // from the byte-and-word stores that just made it, loads the processor
 // cannot forward from them, and it waits for them to reach the cache.
 func (a *arena) add(hdr uint64, key addrKey, rev uint64, created uint32, name string) (uint32, bool) {
-	size := uvarintSize(hdr) + key.n + uvarintSize(rev) + uvarintSize(uint64(created)) +
-		uvarintSize(uint64(len(name))) + len(name)
+	size := uvarintSizeSmall(hdr) + key.n + uvarintSize(rev) + uvarintSize(uint64(created)) +
+		uvarintSizeSmall(uint64(len(name))) + len(name)
 	var off uint32
 	var dst []byte
 	if size < len(a.free) {
@@ -1607,6 +1607,15 @@ func (a *arena) add(hdr uint64, key addrKey, rev uint64, created uint32, name st
 
 // uvarintSize is the length of x's unsigned varint encoding.
 func uvarintSize(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// uvarintSizeSmall is uvarintSize for a value mostly below 0x80, one byte
+// (a header or a name's length), without working out its bits.
+func uvarintSizeSmall(x uint64) int {
+	if x < 0x80 {
+		return 1
+	}
+	return uvarintSize(x)
+}
 
 func (a *arena) addRaw(b []byte) (uint32, bool) {
 	ci, pos, ok := a.alloc(len(b))
