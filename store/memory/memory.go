@@ -441,7 +441,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	// Meets CheckOwner, as every ValidParentRef does: not checked again.
 	owner := valid.ParentRef()
 	// A refused write interns nothing: look the owner's scope up only.
-	k, known := s.addrs.knownOwnerKey(owner)
+	k, known := s.addrs.knownOwnerKey(&owner)
 	if known {
 		s.addrs.warm(k)
 	}
@@ -466,7 +466,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	if !known {
 		k = s.addrs.ownerKeyOf(owner)
 	}
-	if !s.addrs.putAt(t, key, sp, k, owner.Name, now, s.rev+1) {
+	if !s.addrs.putAt(t, key, &sp, k, owner.Name, now, s.rev+1) {
 		return 0, time.Time{}, fmt.Errorf("address %s: %w", addr, store.ErrNoSpace)
 	}
 	s.rev++

@@ -313,13 +313,13 @@ func (r *records) ownerKeyOf(p ipaddress.ParentRef) ownerKey {
 
 // knownOwnerKey returns p's key if its scope is interned already, and
 // interns nothing: for a write that may yet be refused.
-func (r *records) knownOwnerKey(p ipaddress.ParentRef) (ownerKey, bool) {
+func (r *records) knownOwnerKey(p *ipaddress.ParentRef) (ownerKey, bool) {
 	// knownScope by hand: its call, and the copy of p it takes, cost more
 	// than the common case, the last scope again.
 	sid := r.last
-	if !r.lastOK || !sameScope(&r.scopes[sid], &p) {
+	if !r.lastOK || !sameScope(&r.scopes[sid], p) {
 		var ok bool
-		if sid, ok = r.lookUpScope(&p); !ok {
+		if sid, ok = r.lookUpScope(p); !ok {
 			return ownerKey{}, false
 		}
 	}
@@ -365,7 +365,7 @@ func (r *records) ownersPrefetched() bool {
 // scope is interned. The caller checked ownersPrefetched.
 func (r *records) prefetchOwner(p *ipaddress.ParentRef) {
 	t := &r.owners
-	if k, ok := r.knownOwnerKey(*p); ok {
+	if k, ok := r.knownOwnerKey(p); ok {
 		t.prefetchGroup(r.home(t, k.h))
 		r.prefetched, r.prefetchedName, r.prefetchedOK = k, p.Name, true
 	}
@@ -407,7 +407,7 @@ func (r *records) put(a netip.Addr, p ipaddress.ParentRef, created, rev int64) b
 	t := r.tableOf(key)
 	r.reserve(t)
 	b, j := r.blockOfKey(key)
-	return r.putAt(t, key, spot{b: b, j: j, i: -1}, r.ownerKeyOf(p), p.Name, created, rev)
+	return r.putAt(t, key, &spot{b: b, j: j, i: -1}, r.ownerKeyOf(p), p.Name, created, rev)
 }
 
 // spot is where the record of an address is, or would go, as a lookup
@@ -460,7 +460,7 @@ func (r *records) spotOf(t *offTable, key addrKey) spot {
 // may read every entry in the arena, and may give the address's prefix a
 // block, so it comes before the lookup. It reports false, and stores
 // nothing, when the arena is full.
-func (r *records) putAt(t *offTable, key addrKey, sp spot, k ownerKey, name string, created, rev int64) bool {
+func (r *records) putAt(t *offTable, key addrKey, sp *spot, k ownerKey, name string, created, rev int64) bool {
 	sid := k.sid
 	if !r.hasBase {
 		r.base, r.hasBase = uint32(created), true

@@ -329,7 +329,7 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 				}
 				r.prefetchAddr(a)
 				p := rapid.SampledFrom(recordsOwners).Draw(rt, "owner")
-				k, known := r.knownOwnerKey(p)
+				k, known := r.knownOwnerKey(&p)
 				if !known {
 					k = r.ownerKeyOf(p)
 				}
@@ -342,7 +342,7 @@ func TestRecordsFollowAMapModel(t *testing.T) {
 				if sp := r.spotOf(t, key); sp.held() {
 					rt.Fatalf("%s found before it was created", a)
 				} else {
-					r.putAt(t, key, sp, k, p.Name, created, rev)
+					r.putAt(t, key, &sp, k, p.Name, created, rev)
 				}
 				model[a] = ipaddress.IPAddress{Addr: a, Parent: p, Created: unixTime(created), Revision: rev}
 			},
@@ -878,7 +878,7 @@ func TestTheLastScopeIsToldApartByContent(t *testing.T) {
 		}
 		// knownOwnerKey, the write path's, has the same verdict.
 		wantKey := func(q ipaddress.ParentRef, sid uint32) ownerKey { return ownerKey{sid, r.ownerHash(sid, q.Name)} }
-		if k, known := r.knownOwnerKey(tc.q); known != tc.same || known && k != wantKey(tc.q, want) {
+		if k, known := r.knownOwnerKey(&tc.q); known != tc.same || known && k != wantKey(tc.q, want) {
 			t.Errorf("%s: knownOwnerKey = %+v %v, want %+v %v", tc.name, k, known, wantKey(tc.q, want), tc.same)
 		}
 		if tc.same {
@@ -897,7 +897,7 @@ func TestTheLastScopeIsToldApartByContent(t *testing.T) {
 			q   ipaddress.ParentRef
 			sid uint32
 		}{{p, want}, {tc.q, got}, {tc.q, got}, {p, want}} {
-			if k, known := r.knownOwnerKey(c.q); !known || k != wantKey(c.q, c.sid) {
+			if k, known := r.knownOwnerKey(&c.q); !known || k != wantKey(c.q, c.sid) {
 				t.Errorf("%s: after putting it, knownOwnerKey(%+v) = %+v %v, want %+v", tc.name, c.q, k, known, wantKey(c.q, c.sid))
 			}
 		}
