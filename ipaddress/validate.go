@@ -457,8 +457,8 @@ const (
 // if s is empty or does not start and end with a lower-case letter or
 // digit: a label is exactly a string with no bit but classHyphen. Eight
 // bytes at a time, as one expression, so the loop's own work is paid once
-// per eight bytes; the loop's test (eight bytes left) proves the eight
-// loads in bounds, and s moves on by them: no index to check each time.
+// per eight bytes; the loop's test (eight bytes left from i) proves the
+// eight loads in bounds: no window to slice and check each time.
 func nameClasses(s string) byte {
 	if len(s) == 0 || nameClass[s[0]]|nameClass[s[len(s)-1]] != 0 {
 		return classEdge
