@@ -6,9 +6,9 @@ import (
 	"net/netip"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/netipam/netipam/internal/legacyip"
+	"github.com/netipam/netipam/internal/strs"
 )
 
 // ErrInvalid is matched (errors.Is) by every validation error of this
@@ -283,21 +283,13 @@ func (c *ParentRefChecker) Check(p ParentRef) (ValidParentRef, bool) {
 // passes is Check's verdict, apart so that Check inlines: its result is
 // then made where the caller keeps it, without a copy on the way.
 func (c *ParentRefChecker) passes(p *ParentRef) bool {
-	if s := &c.scope; !sameString(p.Namespace, s.Namespace) || !sameString(p.Resource, s.Resource) || !sameString(p.Group, s.Group) || s.Resource == "" {
+	if s := &c.scope; !strs.Same(p.Namespace, s.Namespace) || !strs.Same(p.Resource, s.Resource) || !strs.Same(p.Group, s.Group) || s.Resource == "" {
 		if !p.scopeValid() {
 			return false
 		}
 		*s = ParentRef{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace}
 	}
 	return nameValid(p.Name)
-}
-
-// sameString reports whether a == b, without comparing the bytes when both
-// are the same string (the same bytes at the same address), as a scope that
-// passed and the next owner's mostly are: a caller's constants, or one
-// decoded string shared by its objects.
-func sameString(a, b string) bool {
-	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // scopeValid and nameValid are the verdicts alone: the same rules as

@@ -25,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/strs"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 )
@@ -78,9 +79,9 @@ type passedFence struct {
 }
 
 // holds reports whether f is the fence p remembers. (A caller mostly
-// passes the same string every time: see sameString.)
+// passes the same string every time: see strs.Same.)
 func (p *passedFence) holds(f store.Fence) bool {
-	return p.ok && p.rev == f.Revision && sameString(p.name, f.CIDR)
+	return p.ok && p.rev == f.Revision && strs.Same(p.name, f.CIDR)
 }
 
 // putCIDR stores c, forgetting the fence that passed.

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/netipam/netipam/internal/prefetch"
+	"github.com/netipam/netipam/internal/strs"
 	"github.com/netipam/netipam/ipaddress"
 )
 
@@ -234,7 +235,7 @@ func (r *records) knownScope(p ipaddress.ParentRef) (uint32, bool) {
 // sameScope reports whether s is p's scope: small enough to inline, so
 // that the common case costs no call.
 func sameScope(s *scope, p *ipaddress.ParentRef) bool {
-	return sameString(s.namespace, p.Namespace) && sameString(s.resource, p.Resource) && sameString(s.group, p.Group)
+	return strs.Same(s.namespace, p.Namespace) && strs.Same(s.resource, p.Resource) && strs.Same(s.group, p.Group)
 }
 
 // lookUpScope is knownScope past the last scope: a map lookup.
@@ -244,13 +245,6 @@ func (r *records) lookUpScope(p *ipaddress.ParentRef) (uint32, bool) {
 		r.last, r.lastOK = id, true
 	}
 	return id, ok
-}
-
-// sameString reports whether a == b, without comparing bytes when the two
-// share them: a caller mostly names its scope with the same strings every
-// time, which the interned scope holds.
-func sameString(a, b string) bool {
-	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // maxEmptyScopes is how many emptied scopes stay interned at least.
