@@ -95,7 +95,7 @@ func (v ValidParentRef) ParentRef() ParentRef { return v.p }
 // assigned by its caller) loads a block from two overlapping stores still
 // in flight, which the processor cannot forward from: it waits until they
 // reach the cache. One allocation and release took 2 to 8 % longer so
-// (bench/BENCHMARKS.md, session 29).
+// (bench/SESSIONS.md, session 29).
 type IPAddress struct {
 	// Addr is the allocated address, in canonical form (never IPv4-mapped, no zone).
 	Addr netip.Addr

@@ -46,7 +46,7 @@ import (
 // whole leaf it reaches (leafLines lines). Measured on a Zen 2 with a 16
 // MiB L3, in NextFree + Add + Remove: -8 % at 600k runs and -16 % at 10M,
 // but +3 % at 300k and +13 % at 150k, whose leaves (2 KiB each) the
-// caches mostly hold; see BENCHMARKS.md.
+// caches mostly hold; see bench/SESSIONS.md, session 19.
 const readAheadRuns = 1 << 19
 
 // leafLines is the number of 64-byte lines a leaf spans.

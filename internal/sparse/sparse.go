@@ -99,7 +99,7 @@ type zone struct {
 // table. Below, the run set's nodes for the zone stay in cache, and its
 // path is the cheaper: with tables from a pool's first address, an
 // allocation and release in an empty /64 took 7 % more instructions, in
-// a /48 10 % (BENCHMARKS, session 38).
+// a /48 10 % (bench/SESSIONS.md, session 38).
 const activeFrom = 1 << 12
 
 // newZone returns an empty zone over [lo, lo+2^span).
