@@ -17,7 +17,11 @@
 //     may belong to an allocation whose consumer is still being written.
 //     When one consumer holds the address, the record is handed to it in
 //     the same store write (store.Store.ReplaceAddressAt), so no other
-//     allocation can take the address in between;
+//     allocation can take the address in between. A record that only
+//     Terminating CIDRs contain is deleted last, once every consumer
+//     address has its record: its deletion may let such a CIDR be
+//     removed, which must not happen under an address still to be
+//     recorded;
 //   - reports an address held by several consumers ("already allocated"),
 //     counting a legacy spelling as a holder, and changes nothing about it;
 //   - reports a record the store holds but cannot decode (Failed, its Err
@@ -157,6 +161,19 @@ type pass struct {
 	// as undecodable (as far as the store named them): reported, and
 	// never given a record of a consumer's.
 	unreadable map[netip.Addr]bool
+	// later holds the cleanups of records that only Terminating CIDRs
+	// contain, made after the consumers' addresses are checked: deleting
+	// such a record may let its CIDR be removed, and a consumer address
+	// in that CIDR still to be given its record would then be in none.
+	later []cleanup
+}
+
+// cleanup is a record the pass deletes, with what it reports of it.
+type cleanup struct {
+	rec  ipaddress.IPAddress
+	kind Kind
+	age  time.Duration
+	msg  string
 }
 
 // Run makes one repair pass. The error is for a pass that could not be
@@ -271,6 +288,12 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 			}
 			p.checkConsumerAddr(ctx, ref, s)
 		}
+	}
+	for _, c := range p.later {
+		if err := ctx.Err(); err != nil {
+			return p.report, err
+		}
+		p.cleanUp(ctx, c)
 	}
 	// The last item's store call may have been cut short.
 	return p.report, ctx.Err()
@@ -409,9 +432,21 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 		msg = fmt.Sprintf("%s has a wrong reference: its parent %s does not hold it; cleaning up", addr, rec.Parent)
 	}
 	heir, handOver := p.heir(rec.Addr)
-	switch {
-	case p.r.DryRun:
-	case handOver:
+	if !handOver {
+		c := cleanup{rec: rec, kind: kind, age: age, msg: msg}
+		if len(p.terminatingOnly(rec.Addr)) > 0 {
+			// Not held by a consumer that gets it: for the consumer
+			// phase it is gone already, in the store it stays until
+			// that phase is over.
+			delete(p.records, rec.Addr)
+			p.deleted[rec.Addr] = true
+			p.later = append(p.later, c)
+			return
+		}
+		p.cleanUp(ctx, c)
+		return
+	}
+	if !p.r.DryRun {
 		// Deleting the record and creating the consumer's later would
 		// leave the address free in between, for any allocator sharing
 		// the store to hand out: one write moves it instead.
@@ -427,7 +462,18 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 				Message: fmt.Sprintf("unable to hand %s from %s to %s: %v", addr, rec.Parent, heir, err)})
 			return
 		}
-	default:
+	}
+	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
+	// The consumer's now, as it holds it: its own check finds it so.
+	p.records[rec.Addr] = ipaddress.IPAddress{Addr: rec.Addr, Parent: heir}
+	p.emit(Event{Kind: Repaired, Addr: addr, Ref: heir, Message: p.repairedMsg(heir, rec.Addr, p.terminatingOnly(rec.Addr))})
+}
+
+// cleanUp deletes the record of c, unless the store no longer holds it as
+// listed, and reports it.
+func (p *pass) cleanUp(ctx context.Context, c cleanup) {
+	rec, addr := c.rec, c.rec.Addr.String()
+	if !p.r.DryRun {
 		gone, err := p.release(ctx, rec)
 		if err != nil {
 			p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
@@ -435,17 +481,13 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 			return
 		}
 		if !gone {
-			delete(p.records, rec.Addr) // as above
+			// Released or replaced by someone else since the listing:
+			// nothing of what was found stands.
+			delete(p.records, rec.Addr)
 			return
 		}
 	}
-	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
-	if handOver {
-		// The consumer's now, as it holds it: its own check finds it so.
-		p.records[rec.Addr] = ipaddress.IPAddress{Addr: rec.Addr, Parent: heir}
-		p.emit(Event{Kind: Repaired, Addr: addr, Ref: heir, Message: p.repairedMsg(heir, rec.Addr, p.terminatingOnly(rec.Addr))})
-		return
-	}
+	p.emit(Event{Kind: c.kind, Addr: addr, Ref: rec.Parent, Age: c.age, Message: c.msg})
 	delete(p.records, rec.Addr)
 	p.deleted[rec.Addr] = true
 }
