@@ -254,3 +254,57 @@ func TestRepairAdoptsIntoAnyTerminatingCIDRStillHoldingTheAddress(t *testing.T) 
 		t.Fatalf("10.0.0.5, held by consumer c inside Terminating CIDR b-old: recorded=%v, events %v; b-old removed=%v: orphaned", recorded, rep.Events, errors.Is(cerr, store.ErrNotFound))
 	}
 }
+
+// takingOnList is the embedder's consumer source; once the pass has
+// listed the records, and before it gets the consumers, the address
+// addr is allocated to owner (a consumer deleted meanwhile released it,
+// and another took it). gone is whether the listed consumers are
+// deleted by the time the pass asks.
+type takingOnList struct {
+	*repair.Static
+	a     *allocator.Allocator
+	addr  netip.Addr
+	owner ipaddress.ParentRef
+	gone  bool
+}
+
+func (l takingOnList) List(ctx context.Context) ([]repair.Consumer, error) {
+	if _, err := l.a.Allocate(ctx, l.addr, l.owner); err != nil {
+		return nil, err
+	}
+	return l.Static.List(ctx)
+}
+
+func (l takingOnList) Exists(ctx context.Context, ref ipaddress.ParentRef) (bool, error) {
+	if l.gone {
+		return false, nil
+	}
+	return l.Static.Exists(ctx, ref)
+}
+
+// SPEC §6: "two consumers on one address → report already allocated".
+// A listed consumer whose unrecorded address another owner takes before
+// the pass restores it is such a second holder only if it still exists:
+// one deleted since the listing (its address released and reused) is no
+// holder, and the pass reports nothing of it.
+func TestRepairReportsAnAddressTakenSinceTheListingOnlyWhileItsConsumerExists(t *testing.T) {
+	for _, gone := range []bool{false, true} {
+		e := newEnv(t, map[string][]string{"kubernetes": {"10.96.0.0/24"}})
+		addr := netip.MustParseAddr("10.96.0.7")
+		cs := takingOnList{Static: repair.NewStatic(consumer(svc("old"), addr.String())), a: e.a, addr: addr, owner: svc("new"), gone: gone}
+		rep, err := (&repair.Repairer{Allocator: e.a, Consumers: cs, Now: e.clock.Now}).Run(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if gone {
+			want = 0
+		}
+		if n := rep.Count(repair.Duplicate); n != want || len(rep.Events) != want {
+			t.Errorf("consumer deleted since the listing: %v; events %v, want %d Duplicate", gone, rep.Events, want)
+		}
+		if r, ok := e.record(addr.String()); !ok || r.Parent != svc("new") {
+			t.Errorf("consumer deleted: %v; %s = %+v, %v, want kept for %s", gone, addr, r, ok, svc("new"))
+		}
+	}
+}

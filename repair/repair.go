@@ -80,7 +80,9 @@ type Consumers interface {
 	List(ctx context.Context) ([]Consumer, error)
 	// Exists reports whether ref exists now. It is asked about the parents
 	// of records that List did not return, so a consumer created after
-	// List is not taken for a missing one.
+	// List is not taken for a missing one; and about a listed consumer
+	// whose unrecorded address another owner took meanwhile, so a
+	// consumer deleted after List is not taken for a second holder.
 	Exists(ctx context.Context, ref ipaddress.ParentRef) (bool, error)
 }
 
@@ -638,6 +640,12 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 		// Allocated since the listing: by ref itself (a consumer
 		// written just after its allocation) or by another owner.
 		if gerr == nil && cur.Parent == ref {
+			return
+		}
+		// By another owner: a second holder, unless ref is gone since
+		// the listing (deleted, its address released and handed out
+		// again), when the address is the new owner's alone.
+		if exists, xerr := p.r.Consumers.Exists(ctx, ref); xerr == nil && !exists {
 			return
 		}
 		holders := []ipaddress.ParentRef{ref}
