@@ -1098,10 +1098,14 @@ func snapshot(tx *bbolt.Tx) (store.Snapshot, error) {
 
 // Watch implements store.Store. Reset gets a snapshot read in one
 // transaction; Apply runs after each commit, before the write returns, in
-// the goroutine that committed it.
+// the goroutine that committed it. A nil w is refused with an
+// *ipaddress.FieldError (ipaddress.ErrInvalid), as every store refuses it.
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.checkOpen(ctx); err != nil {
 		return err
+	}
+	if w == nil {
+		return &ipaddress.FieldError{Field: "watcher", Required: true, Detail: "Watch needs a watcher to tell"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

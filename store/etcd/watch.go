@@ -33,11 +33,17 @@ const (
 // serves nothing until repaired; an address record's value is never read
 // for a snapshot (the key is the address). One corrupt CIDR thus keeps no
 // allocator from starting, as one corrupt record never did.
+//
+// A nil w is refused with an *ipaddress.FieldError (ipaddress.ErrInvalid),
+// as every store refuses it.
 func (s *Store) Watch(ctx context.Context, w store.Watcher) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
 	defer s.end()
+	if w == nil {
+		return &ipaddress.FieldError{Field: "watcher", Required: true, Detail: "Watch needs a watcher to tell"}
+	}
 	snap, err := s.snapshot(ctx, s.report)
 	if err != nil {
 		return err
