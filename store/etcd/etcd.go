@@ -208,6 +208,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,7 +230,8 @@ const DefaultPrefix = "/netipam"
 
 // MaxBatch is the most addresses one CreateAddresses call may create: each
 // takes a compare and a put, and etcd allows 128 of either per transaction
-// by default, fences included.
+// by default, fences included. A larger batch is refused with an
+// *ipaddress.FieldError (ipaddress.ErrInvalid), and nothing is sent.
 const MaxBatch = 64
 
 // maxCreateAttempts bounds the retries of a create refused because an
@@ -769,7 +771,7 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 	}
 	defer s.end()
 	if len(recs) > MaxBatch {
-		return nil, fmt.Errorf("etcd store: %d addresses in one batch, at most %d", len(recs), MaxBatch)
+		return nil, &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: fmt.Sprintf("at most %d addresses in one batch of the etcd store", MaxBatch)}
 	}
 	for i, r := range recs {
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
