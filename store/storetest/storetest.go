@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RevisionsStrictlyIncrease", testRevisions},
 		{"WatchResetThenEveryChangeInOrder", testWatch},
 		{"WatchStopsWithContext", testWatchStops},
+		{"WatchRefusesANilWatcher", testWatchNil},
 		{"ConcurrentCreatesOfOneAddressHaveOneWinner", testRaceOneWinner},
 		{"FencedCreatesRacingACIDRUpdate", testRaceFence},
 		{"ConcurrentDistinctCreatesAllSucceed", testDistinctCreates},
@@ -749,6 +750,29 @@ func testWatchStops(t *testing.T, s store.Store) {
 	if len(r.events) != n {
 		t.Fatalf("watch delivered %d events after its context ended", len(r.events)-n)
 	}
+}
+
+// testWatchNil: a nil watcher is bad input, refused with a typed error
+// rather than a panic on its Reset, and the store watches on.
+func testWatchNil(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return s.Watch(ctx, nil)
+	}()
+	if !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Fatalf("Watch(nil) = %v, want an error matching ipaddress.ErrInvalid", err)
+	}
+	var r recorder
+	if err := s.Watch(ctx, &r); err != nil {
+		t.Fatalf("Watch after a refused nil watcher: %v", err)
+	}
+	mustAddr(t, s, "10.0.0.1", "a")
+	r.waitEvents(t, 1)
 }
 
 func testRaceOneWinner(t *testing.T, s store.Store) {

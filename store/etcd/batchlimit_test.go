@@ -14,9 +14,9 @@ import (
 // input this store refuses: the refusal is typed (ipaddress.ErrInvalid,
 // as a *ipaddress.FieldError), not an error a caller cannot tell from a
 // failure of etcd, and nothing is written.
-func TestAuditABatchPastMaxBatchIsRefusedWithATypedError(t *testing.T) {
+func TestABatchPastMaxBatchIsRefusedWithATypedError(t *testing.T) {
 	c := startCluster(t, 1)
-	s, err := New(c.newClient(t), WithPrefix("/audit-batch-limit"))
+	s, err := New(c.newClient(t), WithPrefix("/batch-limit"))
 	if err != nil {
 		t.Fatal(err)
 	}
