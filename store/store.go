@@ -238,8 +238,9 @@ func notUTF8(field, value string) error {
 }
 
 // Fence is a condition of a write: the CIDR named must still exist with
-// exactly this revision. An allocator fences every address creation on the
-// CIDR it allocated from, so marking a CIDR Terminating (which changes its
+// exactly this revision (a touching fence: this revision or a later one;
+// see HeldAt). An allocator fences every address creation on the CIDR it
+// allocated from, so marking a CIDR Terminating (which changes its
 // revision) stops every allocation decided before the mark.
 type Fence struct {
 	CIDR     string
@@ -248,8 +249,23 @@ type Fence struct {
 	// unchanged, so that anything decided on the old revision fails its
 	// own fence. A write recording an address inside a Terminating CIDR
 	// sets it: a removal decided before the address existed then fails
-	// instead of orphaning it.
+	// instead of orphaning it. That needs only the new revision, not
+	// the CIDR unchanged since Revision, so a touching fence holds at any
+	// later revision too: creates of different addresses inside one
+	// Terminating CIDR, each touching it, do not fail each other.
 	Touch bool
+}
+
+// HeldAt reports whether f holds for its CIDR, which the store holds at
+// revision rev: at exactly f.Revision, or for a touching fence at
+// f.Revision or later. A revision of 0 or less never holds (revisions
+// start at 1). Whether the CIDR exists is the caller's to check: a fence
+// naming a missing CIDR fails.
+func (f Fence) HeldAt(rev int64) bool {
+	if f.Touch {
+		return f.Revision > 0 && rev >= f.Revision
+	}
+	return f.Revision > 0 && rev == f.Revision
 }
 
 // Store holds CIDR objects and address records. Every write is atomic and

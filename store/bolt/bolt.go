@@ -631,7 +631,7 @@ func checkFences(tx *bbolt.Tx, fences []store.Fence, rev int64) error {
 		if err != nil {
 			return err
 		}
-		if !ok || c.Revision != f.Revision {
+		if !ok || !f.HeldAt(c.Revision) {
 			return &store.FencedError{Fence: f, Seen: rev - 1}
 		}
 	}

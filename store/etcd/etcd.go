@@ -586,9 +586,13 @@ func (s *Store) UpdateCIDR(ctx context.Context, c cidrset.CIDR) (cidrset.CIDR, e
 	return c, nil
 }
 
-// fenceCmp returns the comparison of a fence, which must not be one
-// neverHolds refuses.
+// fenceCmp returns the comparison of a fence (store.Fence.HeldAt), which
+// must not be one neverHolds refuses. A missing key's ModRevision reads
+// 0, below every revision such a fence names.
 func (s *Store) fenceCmp(f store.Fence) clientv3.Cmp {
+	if f.Touch {
+		return clientv3.Compare(clientv3.ModRevision(s.cidrKey(f.CIDR)), ">", f.Revision-1)
+	}
 	return clientv3.Compare(clientv3.ModRevision(s.cidrKey(f.CIDR)), "=", f.Revision)
 }
 
@@ -624,7 +628,7 @@ func neverHolds(fences []store.Fence) error {
 // made at revision at, show to be broken, or nil. See fenced for history.
 func (s *Store) failedFence(ctx context.Context, fences []store.Fence, rs []*clientv3.GetResponse, at int64, history bool) error {
 	for i, f := range fences {
-		if kvs := rs[i].Kvs; len(kvs) == 0 || kvs[0].ModRevision != f.Revision {
+		if kvs := rs[i].Kvs; len(kvs) == 0 || !f.HeldAt(kvs[0].ModRevision) {
 			return s.fenced(ctx, f, kvs, at, history)
 		}
 	}
@@ -819,19 +823,11 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 			continue
 		}
 		touched = append(touched, f.CIDR)
-		// Rewriting the CIDR's value gives it the transaction's revision.
-		// The value goes back as read, undecoded: the fence's compare makes
-		// sure it is still that one, and a CIDR changed since has failed
-		// the fence, whatever its new value.
-		key := s.cidrKey(f.CIDR)
-		resp, err := s.cli.Get(ctx, key)
-		if err != nil {
-			return nil, s.wrap("create addresses", err)
-		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != f.Revision {
-			return nil, s.fenced(ctx, f, resp.Kvs, resp.Header.Revision, false)
-		}
-		puts = append(puts, clientv3.OpPut(key, string(resp.Kvs[0].Value)))
+		// Rewriting the CIDR's value, as etcd holds it when the
+		// transaction applies, gives it the transaction's revision. The
+		// fence's compare makes sure the key is there: etcd refuses to
+		// keep the value of a missing key.
+		puts = append(puts, clientv3.OpPut(s.cidrKey(f.CIDR), "", clientv3.WithIgnoreValue()))
 	}
 	for _, f := range fences {
 		cmps = append(cmps, s.fenceCmp(f))

@@ -94,10 +94,11 @@ func TestAWriteCutShortByCloseIsOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// A touching fence on a CIDR rewritten since its revision was read has
-// failed, whatever the new value: ErrFenced, as without Touch, even when
-// the value does not decode.
-func TestATouchingFenceOnAChangedCIDRIsFenced(t *testing.T) {
+// A CIDR rewritten since its revision was read, with a value that does not
+// decode: a plain fence on the old revision fails (ErrFenced); a touching
+// one holds (store.Fence.HeldAt) and gives the key a new revision, its
+// value left byte for byte as etcd held it, undecoded.
+func TestATouchingFenceOnARewrittenCIDRKeepsItsValue(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	c := startCluster(t, 1)
 	cli := c.newClient(t)
@@ -113,12 +114,21 @@ func TestATouchingFenceOnAChangedCIDRIsFenced(t *testing.T) {
 	if _, err := cli.Put(ctx, s.cidrKey("a"), "not a CIDR"); err != nil {
 		t.Fatal(err)
 	}
-	for _, touch := range []bool{false, true} {
-		_, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(1), Parent: ipaddress.ParentRef{Resource: "services", Namespace: "d", Name: "x"}}},
-			store.Fence{CIDR: "a", Revision: cidr.Revision, Touch: touch})
-		if !errors.Is(err, store.ErrFenced) {
-			t.Errorf("Touch %v: %v, want ErrFenced", touch, err)
-		}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "d", Name: "x"}
+	_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(1), Parent: owner}}, store.Fence{CIDR: "a", Revision: cidr.Revision})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Errorf("plain fence: %v, want ErrFenced", err)
+	}
+	recs, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(1), Parent: owner}}, store.Fence{CIDR: "a", Revision: cidr.Revision, Touch: true})
+	if err != nil {
+		t.Fatalf("touching fence: %v", err)
+	}
+	resp, err := cli.Get(ctx, s.cidrKey("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv := resp.Kvs[0]; string(kv.Value) != "not a CIDR" || kv.ModRevision != recs[0].Revision {
+		t.Errorf("touched key: %q at revision %d, want %q at the record's revision %d", kv.Value, kv.ModRevision, "not a CIDR", recs[0].Revision)
 	}
 }
 

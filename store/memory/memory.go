@@ -302,10 +302,12 @@ func (s *Store) checkFences(fences []store.Fence) error {
 		if s.passed.holds(f) {
 			continue
 		}
-		if c, ok := s.cidrs[f.CIDR]; !ok || c.Revision != f.Revision {
+		c, ok := s.cidrs[f.CIDR]
+		if !ok || !f.HeldAt(c.Revision) {
 			return &store.FencedError{Fence: f, Seen: s.rev}
 		}
-		s.passed = passedFence{name: f.CIDR, rev: f.Revision, ok: true}
+		// What the CIDR is at, which a touching fence may be behind.
+		s.passed = passedFence{name: f.CIDR, rev: c.Revision, ok: true}
 	}
 	return nil
 }

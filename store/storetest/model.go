@@ -143,9 +143,14 @@ func (m *model) fences(rng *rand.Rand) []store.Fence {
 	return fs
 }
 
-// fenceFails reports whether a fence does not hold in the model.
+// fenceFails reports whether a fence does not hold in the model: the CIDR
+// is gone, or not at the fence's revision (for a touching fence: behind
+// it), or the revision is one no CIDR ever has.
 func (m *model) fenceFails(f store.Fence) bool {
 	c, ok := m.cidrs[f.CIDR]
+	if f.Touch {
+		return !ok || c.Revision < f.Revision || f.Revision <= 0
+	}
 	return !ok || c.Revision != f.Revision || f.Revision <= 0
 }
 

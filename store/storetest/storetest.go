@@ -370,7 +370,6 @@ func testFencedSeen(t *testing.T, s store.Store) {
 		after int64 // Seen is at least this: the fence broke then or later
 	}{
 		{fenceOf(c), changed.Revision},
-		{touching(fenceOf(c)), changed.Revision},
 		{fenceOf(d), d.Revision + 1},
 		{touching(fenceOf(d)), d.Revision + 1},
 	} {
@@ -490,9 +489,29 @@ func testAddressFenceTouch(t *testing.T, s store.Store) {
 	if err := s.DeleteCIDR(ctx, "c", c.Revision); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("DeleteCIDR at the revision before the touch: %v, want ErrConflict", err)
 	}
-	// The old revision no longer fences anything.
-	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.6"), Parent: owner("x")}}, touch); !errors.Is(err, store.ErrFenced) {
-		t.Fatalf("second touch at the old revision: %v, want ErrFenced", err)
+	// The old revision no longer holds a plain fence...
+	plain := touch
+	plain.Touch = false
+	if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.6"), Parent: owner("x")}}, plain); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("a plain fence at the revision before the touch: %v, want ErrFenced", err)
+	}
+	// ...but still a touching one: what a touch guards needs only the new
+	// revision it gives, so another create inside the CIDR, decided on
+	// the revision before the first touch (another allocator's), touches
+	// it again rather than fail.
+	again := mustAddr(t, s, "10.0.0.7", "adopted-too", touch)
+	if got, err := s.GetCIDR(ctx, "c"); err != nil || got.Revision != again.Revision || !got.Terminating || !slices.Equal(got.Prefixes, c.Prefixes) {
+		t.Fatalf("CIDR touched again at an older revision: %+v, %v; want it unchanged at the record's revision %d", got, err, again.Revision)
+	}
+	// A touching fence ahead of the CIDR's revision, or on a missing one,
+	// does not hold.
+	ahead := touch
+	ahead.Revision = again.Revision + 1
+	missing := store.Fence{CIDR: "missing", Revision: c.Revision, Touch: true}
+	for _, f := range []store.Fence{ahead, missing} {
+		if _, err := s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.8"), Parent: owner("x")}}, f); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("touching fence %+v: %v, want ErrFenced", f, err)
+		}
 	}
 }
 
