@@ -70,6 +70,18 @@ func lookup(args []string) (command, bool) {
 	return command{}, false
 }
 
+// subcommands returns the commands of the group named group ("cidr":
+// create, update, get, delete), none if it names no group.
+func subcommands(group string) []string {
+	var subs []string
+	for _, c := range commands {
+		if words := strings.Fields(c.name); len(words) > 1 && words[0] == group {
+			subs = append(subs, words[1])
+		}
+	}
+	return subs
+}
+
 func (c command) checkArgs(args []string) error {
 	if len(args) < c.minArgs || (c.maxArgs >= 0 && len(args) > c.maxArgs) {
 		return usageErrorf("usage: ipamctl %s %s", c.name, c.args)

@@ -422,6 +422,9 @@ func parseLine(argv []string, stdin io.Reader, stdout, stderr io.Writer) (*invoc
 	}
 	cmd, ok := lookup(cl.args)
 	if !ok {
+		if subs := subcommands(cl.args[0]); len(subs) > 0 {
+			return nil, usageErrorf("usage: unknown command %q: ipamctl %s takes %s", strings.Join(cl.args, " "), cl.args[0], strings.Join(subs, ", "))
+		}
 		return nil, usageErrorf("usage: unknown command %q", strings.Join(cl.args, " "))
 	}
 	if err := cl.allow(cmd.name, cmd.flags...); err != nil {

@@ -280,6 +280,8 @@ func TestExitCodes(t *testing.T) {
 	c := newBoltCLI(t)
 	c.fail(exitUsage, "a command is required")
 	c.fail(exitUsage, "unknown command", "frobnicate")
+	c.fail(exitUsage, `unknown command "cidr": ipamctl cidr takes create, update, get, delete`, "cidr")
+	c.fail(exitUsage, `unknown command "ip frob": ipamctl ip takes allocate, get, release`, "ip", "frob")
 	c.fail(exitUsage, "unknown flag", "cidr", "get", "--bogus")
 	c.fail(exitUsage, "unknown flag --family", "cidr", "get", "--family", "4")
 	c.fail(exitUsage, "usage: ipamctl cidr create NAME PREFIX [PREFIX]", "cidr", "create", "x")
