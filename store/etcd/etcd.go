@@ -230,9 +230,14 @@ const DefaultPrefix = "/netipam"
 
 // MaxBatch is the most addresses one CreateAddresses call may create: each
 // takes a compare and a put, and etcd allows 128 of either per transaction
-// by default, fences included. A larger batch is refused with an
-// *ipaddress.FieldError (ipaddress.ErrInvalid), and nothing is sent.
+// by default, fences included. A larger batch, or one whose records and
+// fences together pass 128, is refused with an *ipaddress.FieldError
+// (ipaddress.ErrInvalid), and nothing is sent.
 const MaxBatch = 64
+
+// maxTxnOps is etcd's default limit of compares (and of puts) in one
+// transaction: a create's records and fences together, each a compare.
+const maxTxnOps = 2 * MaxBatch
 
 // maxCreateAttempts bounds the retries of a create refused because an
 // address was taken, when the address is free again by the time the store
@@ -776,6 +781,9 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 	defer s.end()
 	if len(recs) > MaxBatch {
 		return nil, &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: fmt.Sprintf("at most %d addresses in one batch of the etcd store", MaxBatch)}
+	}
+	if n := len(recs) + len(fences); n > maxTxnOps {
+		return nil, &ipaddress.FieldError{Field: "fences", Value: strconv.Itoa(len(fences)), Detail: fmt.Sprintf("at most %d addresses and fences together in one batch of the etcd store", maxTxnOps)}
 	}
 	for i, r := range recs {
 		if err := ipaddress.ValidateAddr(r.Addr); err != nil {
