@@ -97,27 +97,35 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 		if err != nil {
 			return cidrset.CIDR{}, err
 		}
-		upd := old.Clone()
-		upd.Prefixes = slices.Clone(prefixes)
-		if err := cidrset.ValidateUpdate(old, upd); err != nil {
-			return cidrset.CIDR{}, err
-		}
-		if err := a.admitCIDR(ctx, &old, upd); err != nil {
-			return cidrset.CIDR{}, err
-		}
-		got, err := a.st.UpdateCIDR(ctx, upd)
+		got, err := a.updateCIDRFrom(ctx, old, prefixes)
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
-		if err != nil {
-			return cidrset.CIDR{}, err
-		}
-		if err := a.WaitRevision(ctx, got.Revision); err != nil {
-			return got, err
-		}
-		a.reconcileCoveredBy(ctx, got)
-		return got, nil
+		return got, err
 	}
+}
+
+// updateCIDRFrom gives old, as read from the store, prefixes, if it is
+// still at old's revision: an error matching store.ErrConflict if it
+// changed since, for the caller to read it again and decide anew.
+func (a *Allocator) updateCIDRFrom(ctx context.Context, old cidrset.CIDR, prefixes []netip.Prefix) (cidrset.CIDR, error) {
+	upd := old.Clone()
+	upd.Prefixes = slices.Clone(prefixes)
+	if err := cidrset.ValidateUpdate(old, upd); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	if err := a.admitCIDR(ctx, &old, upd); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	got, err := a.st.UpdateCIDR(ctx, upd)
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	if err := a.WaitRevision(ctx, got.Revision); err != nil {
+		return got, err
+	}
+	a.reconcileCoveredBy(ctx, got)
+	return got, nil
 }
 
 // DeleteCIDR requests the deletion of a CIDR: it is marked Terminating at
@@ -240,9 +248,12 @@ func (a *Allocator) EnsureDefault(ctx context.Context, prefixes ...netip.Prefix)
 			return cur, nil
 		}
 		if len(cur.Prefixes) == 1 && len(prefixes) == 2 && cur.Prefixes[0] == prefixes[0] {
-			c, err := a.UpdateCIDR(ctx, cidrset.DefaultName, prefixes...)
-			if isNotFound(err) {
-				continue // removed since it was read: created again above
+			// From cur, not read again: changed since (made dual-stack by
+			// another allocator, say), it is decided anew above, where a
+			// configuration it no longer matches is ErrDefaultMismatch.
+			c, err := a.updateCIDRFrom(ctx, cur, prefixes)
+			if isNotFound(err) || errors.Is(err, store.ErrConflict) {
+				continue // removed or changed since it was read
 			}
 			if err != nil {
 				return cidrset.CIDR{}, err

@@ -1,0 +1,82 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/cidrset"
+)
+
+// SPEC §5 with several allocators, each over its own client of one etcd:
+// the default CIDR is single-stack, and two allocators configured with the
+// same IPv4 prefix but different IPv6 prefixes call EnsureDefault at once.
+// Exactly one change is allowed (single to dual-stack): one of them makes
+// it, and the other finds the stored CIDR no longer matching its
+// configuration, which is ErrDefaultMismatch whatever the interleaving,
+// as for a caller that came later; never an error of validation.
+func TestAuditEnsureDefaultConcurrentMismatchIsErrDefaultMismatch(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v4 := netip.MustParsePrefix("10.96.0.0/24")
+	v6 := []netip.Prefix{netip.MustParsePrefix("fd00:1::/120"), netip.MustParsePrefix("fd00:2::/120")}
+	for round := range 15 {
+		allocs := make([]*allocator.Allocator, 2)
+		for i := range allocs {
+			st, err := New(c.newClient(t), WithPrefix(fmt.Sprintf("/ensure%d", round)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			allocs[i] = a
+		}
+		if _, err := allocs[0].EnsureDefault(ctx, v4); err != nil {
+			t.Fatalf("round %d: EnsureDefault(%v): %v", round, v4, err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		got := make([]cidrset.CIDR, 2)
+		start := make(chan struct{})
+		for i, a := range allocs {
+			wg.Go(func() {
+				<-start
+				got[i], errs[i] = a.EnsureDefault(ctx, v4, v6[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		stored, err := allocs[0].Store().GetCIDR(ctx, cidrset.DefaultName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		won := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				won++
+				if len(got[i].Prefixes) != 2 || got[i].Prefixes[1] != v6[i] {
+					t.Errorf("round %d: allocator %d: EnsureDefault succeeded with %v", round, i, got[i].Prefixes)
+				}
+			case errors.Is(err, allocator.ErrDefaultMismatch):
+			default:
+				t.Errorf("round %d: allocator %d: EnsureDefault(%v, %v) = %v; want nil or ErrDefaultMismatch", round, i, v4, v6[i], err)
+			}
+		}
+		if won != 1 {
+			t.Errorf("round %d: %d of 2 EnsureDefault calls succeeded (%v); stored %v", round, won, errs, stored.Prefixes)
+		}
+	}
+}
