@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,74 @@ func TestAuditEnsureDefaultConcurrentMismatchIsErrDefaultMismatch(t *testing.T) 
 		}
 		if won != 1 {
 			t.Errorf("round %d: %d of 2 EnsureDefault calls succeeded (%v); stored %v", round, won, errs, stored.Prefixes)
+		}
+	}
+}
+
+// SPEC §5 with several allocators, each over its own client of one etcd,
+// calling EnsureDefault at once with one configuration: from nothing, then
+// with an IPv6 prefix added, then with a mismatching one. Every call of the
+// first two succeeds and returns the one default CIDR as configured; every
+// call of the third is ErrDefaultMismatch and changes nothing.
+func TestAuditEnsureDefaultConcurrentOneDefaultCIDR(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v4, v6 := netip.MustParsePrefix("10.96.0.0/24"), netip.MustParsePrefix("fd00:96::/112")
+	for round := range 5 {
+		allocs := make([]*allocator.Allocator, 3)
+		for i := range allocs {
+			st, err := New(c.newClient(t), WithPrefix(fmt.Sprintf("/ensureall%d", round)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			allocs[i] = a
+		}
+		var last cidrset.CIDR
+		for _, step := range []struct {
+			prefixes []netip.Prefix
+			mismatch bool
+		}{
+			{[]netip.Prefix{v4}, false},
+			{[]netip.Prefix{v4, v6}, false},
+			{[]netip.Prefix{netip.MustParsePrefix("10.97.0.0/24"), v6}, true},
+			{[]netip.Prefix{v4}, true},
+		} {
+			var wg sync.WaitGroup
+			errs := make([]error, len(allocs))
+			got := make([]cidrset.CIDR, len(allocs))
+			for i, a := range allocs {
+				wg.Go(func() { got[i], errs[i] = a.EnsureDefault(ctx, step.prefixes...) })
+			}
+			wg.Wait()
+			stored, err := allocs[0].Store().GetCIDR(ctx, cidrset.DefaultName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range errs {
+				switch {
+				case step.mismatch && !errors.Is(err, allocator.ErrDefaultMismatch):
+					t.Errorf("round %d: allocator %d: EnsureDefault(%v) = %v; want ErrDefaultMismatch", round, i, step.prefixes, err)
+				case !step.mismatch && err != nil:
+					t.Errorf("round %d: allocator %d: EnsureDefault(%v) = %v", round, i, step.prefixes, err)
+				case !step.mismatch && !slices.Equal(got[i].Prefixes, step.prefixes):
+					t.Errorf("round %d: allocator %d: EnsureDefault(%v) returned %v", round, i, step.prefixes, got[i].Prefixes)
+				}
+			}
+			if step.mismatch {
+				if stored.Revision != last.Revision {
+					t.Errorf("round %d: EnsureDefault(%v), mismatching, changed the default CIDR to %v", round, step.prefixes, stored.Prefixes)
+				}
+			} else if !slices.Equal(stored.Prefixes, step.prefixes) || stored.Terminating {
+				t.Errorf("round %d: after EnsureDefault(%v) the store holds %+v", round, step.prefixes, stored)
+			}
+			last = stored
 		}
 	}
 }
