@@ -23,7 +23,7 @@ import (
 // it, and the other finds the stored CIDR no longer matching its
 // configuration, which is ErrDefaultMismatch whatever the interleaving,
 // as for a caller that came later; never an error of validation.
-func TestAuditEnsureDefaultConcurrentMismatchIsErrDefaultMismatch(t *testing.T) {
+func TestEnsureDefaultConcurrentMismatchIsErrDefaultMismatch(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -87,7 +87,7 @@ func TestAuditEnsureDefaultConcurrentMismatchIsErrDefaultMismatch(t *testing.T) 
 // with an IPv6 prefix added, then with a mismatching one. Every call of the
 // first two succeeds and returns the one default CIDR as configured; every
 // call of the third is ErrDefaultMismatch and changes nothing.
-func TestAuditEnsureDefaultConcurrentOneDefaultCIDR(t *testing.T) {
+func TestEnsureDefaultConcurrentOneDefaultCIDR(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -18,16 +18,16 @@ import (
 	"github.com/netipam/netipam/store"
 )
 
-// auditHistory is a Watcher that keeps every event after its first
+// storeHistory is a Watcher that keeps every event after its first
 // snapshot, for checks of the whole history once a run is over.
-type auditHistory struct {
+type storeHistory struct {
 	mu     sync.Mutex
 	snap   store.Snapshot
 	events []store.Event
 	resets int
 }
 
-func (h *auditHistory) Reset(s store.Snapshot) {
+func (h *storeHistory) Reset(s store.Snapshot) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.resets++
@@ -36,7 +36,7 @@ func (h *auditHistory) Reset(s store.Snapshot) {
 	}
 }
 
-func (h *auditHistory) Apply(e store.Event) {
+func (h *storeHistory) Apply(e store.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.events = append(h.events, e)
@@ -46,7 +46,7 @@ func (h *auditHistory) Apply(e store.Event) {
 // CIDR as the store held them just before (SPEC §3: Terminating or removed
 // CIDRs never serve), and every CIDR removal must leave each held address
 // it contained inside another live CIDR (SPEC §4, Beyond).
-func (h *auditHistory) check(t *testing.T) {
+func (h *storeHistory) check(t *testing.T) {
 	t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -131,17 +131,17 @@ func cidrList(m map[string]cidrset.CIDR) []string {
 	return out
 }
 
-// auditAllocators starts n allocators over one etcd, each with its own
+// sharedAllocators starts n allocators over one etcd, each with its own
 // client, store and watch, under key prefix; and a history watcher on one
 // more store of the same prefix.
-func auditAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix string, n int, opts func(i int) []allocator.Option) ([]*allocator.Allocator, *auditHistory) {
+func sharedAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix string, n int, opts func(i int) []allocator.Option) ([]*allocator.Allocator, *storeHistory) {
 	t.Helper()
 	hst, err := New(c.newClient(t), WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hst.Close() })
-	h := &auditHistory{}
+	h := &storeHistory{}
 	wctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := hst.Watch(wctx, h); err != nil {
@@ -172,11 +172,11 @@ func auditAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix s
 // ErrAllocated, never another error, also while the CIDR serving it gains
 // an IPv6 prefix (its revision changes under the allocations) and the
 // addresses lie inside a Terminating CIDR as well (each create touches it).
-func TestAuditStaticSameAddressOneWinnerOthersErrAllocated(t *testing.T) {
+func TestStaticSameAddressOneWinnerOthersErrAllocated(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	allocs, hist := auditAllocators(t, ctx, c, "/static", 3, nil)
+	allocs, hist := sharedAllocators(t, ctx, c, "/static", 3, nil)
 	a0 := allocs[0]
 	if _, err := a0.CreateCIDR(ctx, "live", netip.MustParsePrefix("10.2.0.0/24")); err != nil {
 		t.Fatal(err)
@@ -232,11 +232,11 @@ func TestAuditStaticSameAddressOneWinnerOthersErrAllocated(t *testing.T) {
 // then, with another IPv6 CIDR serving, turns Terminating: a call either
 // records both addresses for its owner or none, no record lies outside the
 // live CIDRs as they were when it was written, and no removal orphans one.
-func TestAuditDualStackBothOrNeitherDuringCIDRLifecycle(t *testing.T) {
+func TestDualStackBothOrNeitherDuringCIDRLifecycle(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	allocs, hist := auditAllocators(t, ctx, c, "/dual", 3, nil)
+	allocs, hist := sharedAllocators(t, ctx, c, "/dual", 3, nil)
 	a0 := allocs[0]
 	if _, err := a0.CreateCIDR(ctx, "d", netip.MustParsePrefix("10.3.0.0/24")); err != nil {
 		t.Fatal(err)
@@ -327,12 +327,12 @@ func TestAuditDualStackBothOrNeitherDuringCIDRLifecycle(t *testing.T) {
 // CIDRs as the store held them, no removal orphans one, and once the churn
 // stops and every view has caught up, each allocator finds the family full
 // exactly when every live CIDR of it is full in the store.
-func TestAuditRecreatedNameOtherPrefixesNoOrphanPolicies(t *testing.T) {
+func TestRecreatedNameOtherPrefixesNoOrphanPolicies(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	policies := []allocator.Policy{allocator.OldestFirst(), allocator.MostFree(), allocator.RandomOrder()}
-	allocs, hist := auditAllocators(t, ctx, c, "/recreate", 3, func(i int) []allocator.Option {
+	allocs, hist := sharedAllocators(t, ctx, c, "/recreate", 3, func(i int) []allocator.Option {
 		return []allocator.Option{allocator.WithPolicy(policies[i])}
 	})
 	a0 := allocs[0]
