@@ -189,3 +189,92 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 		t.Errorf("a2 on a full range: %v, want ErrFull", err)
 	}
 }
+
+// With its only member stopped, calls fail with typed errors and write
+// nothing; once it is back, allocations resume and every allocator's index
+// matches the store.
+func TestAllocationsResumeAfterTheWholeClusterRestarts(t *testing.T) {
+	ctx := testCtx(t, 3*time.Minute)
+	c := startCluster(t, 1)
+	const prefix = "/audit-restart"
+	var as []*allocator.Allocator
+	var ss []*Store
+	for range 2 {
+		s, err := New(c.newClient(t), WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		a, err := allocator.New(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		as, ss = append(as, a), append(ss, s)
+	}
+	base := netip.MustParsePrefix("10.0.0.0/27") // 30 addresses
+	bc, err := as[0].CreateCIDR(ctx, "base", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := as[1].WaitRevision(ctx, bc.Revision); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := as[i%2].AllocateNext(ctx, ipaddress.IPv4, auditOwner(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop(0)
+	for i, a := range as {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := a.AllocateNext(cctx, ipaddress.IPv4, auditOwner(100+i))
+		cancel()
+		if err == nil || !typedOutage(err) {
+			t.Errorf("allocator %d, etcd down: AllocateNext %v, want a ctx error or ErrOutcomeUnknown", i, err)
+		}
+		cctx, cancel = context.WithTimeout(ctx, time.Second)
+		err = a.Release(cctx, netip.MustParseAddr("10.0.0.1"))
+		cancel()
+		if err == nil || !typedOutage(err) {
+			t.Errorf("allocator %d, etcd down: Release %v, want a ctx error or ErrOutcomeUnknown", i, err)
+		}
+	}
+	c.Restart(0)
+	n := 10
+	for i := 0; ; i++ {
+		_, err := as[i%2].AllocateNext(ctx, ipaddress.IPv4, auditOwner(1000+i))
+		if errors.Is(err, allocator.ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("allocation %d after the restart: %v", i, err)
+		}
+		n++
+	}
+	if n != 30 {
+		t.Errorf("%d addresses allocated in all, want the 30 of %s", n, base)
+	}
+	sc, err := as[0].CreateCIDR(ctx, "sync", netip.MustParsePrefix("fd00:6::/120"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint(usedIn(t, ctx, ss[0], base))
+	for i, a := range as {
+		if err := a.WaitRevision(ctx, sc.Revision); err != nil {
+			t.Fatal(err)
+		}
+		u, err := a.Usage("base")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := u.Prefixes[0].Used.String(); got != want {
+			t.Errorf("allocator %d counts %s used, the store holds %s", i, got, want)
+		}
+	}
+	for i := range 2 {
+		if got, err := ss[0].AddressesOf(ctx, auditOwner(100+i)); err != nil || len(got) > 0 {
+			t.Errorf("an allocation made with etcd down left %v, %v", got, err)
+		}
+	}
+}
