@@ -53,6 +53,11 @@ func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 // CreateCIDR creates a CIDR serving prefixes (one, or one per family). It
 // may overlap, or equal, existing CIDRs: addresses stay unique across all.
 // A new CIDR may unblock the deletion of a Terminating one it covers.
+//
+// It returns once the allocator's index shows the CIDR, so that the
+// allocator serves from it at once; but once the store has the CIDR, the
+// call has succeeded: if ctx ends while the index lags, it returns the
+// CIDR and nil, and WaitRevision(ctx, c.Revision) waits for the index.
 func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
 	if err := a.checkOpen(); err != nil {
 		return cidrset.CIDR{}, err
@@ -68,12 +73,23 @@ func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...net
 	if err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := a.WaitRevision(ctx, created.Revision); err != nil {
-		return created, err
-	}
 	a.cfg.logger.Info("CIDR created", "cidr", name, "prefixes", prefixes)
-	a.reconcileCoveredBy(ctx, created)
-	return created, nil
+	return created, a.settleWrite(ctx, created)
+}
+
+// settleWrite waits for the index to show c, just written, and re-checks
+// the Terminating CIDRs it may unblock. The write stands whatever happens
+// here: an ended ctx is no error of the call (the watch, applying c, has
+// the background reconciler re-check them); Close is, as documented.
+func (a *Allocator) settleWrite(ctx context.Context, c cidrset.CIDR) error {
+	if err := a.WaitRevision(ctx, c.Revision); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
+		return nil
+	}
+	a.reconcileCoveredBy(ctx, c)
+	return nil
 }
 
 func (a *Allocator) admitCIDR(ctx context.Context, old *cidrset.CIDR, c cidrset.CIDR) error {
@@ -87,7 +103,8 @@ func (a *Allocator) admitCIDR(ctx context.Context, old *cidrset.CIDR, c cidrset.
 
 // UpdateCIDR changes the prefixes of a CIDR. The only change allowed is
 // single-stack to dual-stack with the first prefix unchanged
-// (cidrset.ValidateUpdate).
+// (cidrset.ValidateUpdate). As CreateCIDR, it succeeds once the store has
+// the change, if ctx ends while the index lags.
 func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
 	if err := a.checkOpen(); err != nil {
 		return cidrset.CIDR{}, err
@@ -121,11 +138,7 @@ func (a *Allocator) updateCIDRFrom(ctx context.Context, old cidrset.CIDR, prefix
 	if err != nil {
 		return cidrset.CIDR{}, err
 	}
-	if err := a.WaitRevision(ctx, got.Revision); err != nil {
-		return got, err
-	}
-	a.reconcileCoveredBy(ctx, got)
-	return got, nil
+	return got, a.settleWrite(ctx, got)
 }
 
 // DeleteCIDR requests the deletion of a CIDR: it is marked Terminating at
@@ -135,7 +148,10 @@ func (a *Allocator) updateCIDRFrom(ctx context.Context, old cidrset.CIDR, prefix
 // ErrDeletionBlocked) naming the addresses that hold it; the CIDR then stays
 // Terminating and is removed by the allocator once they are released or a
 // covering CIDR appears. The CIDR it marked may be removed, and another of
-// that name created, before it decides: that is nil too.
+// that name created, before it decides: that is nil too. When it marked
+// the CIDR but could not decide (ctx ended, the store did not answer), it
+// returns a *DeletionPendingError: the mark stands, and the allocator
+// decides in the background.
 func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	if err := a.checkOpen(); err != nil {
 		return err
@@ -163,7 +179,9 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	}
 	res, err := a.reconcile(ctx, name)
 	if err != nil {
-		return err
+		// The watch, applying the mark, has the background reconciler
+		// decide; this call cannot wait for it.
+		return &DeletionPendingError{CIDR: name, Err: err}
 	}
 	if res.Removed {
 		if res.CIDR.Revision == 0 {

@@ -89,6 +89,28 @@ type DeletionBlockedError struct {
 	More     bool
 }
 
+// DeletionPendingError reports a CIDR that DeleteCIDR marked Terminating
+// but whose removal it could not decide: Err says why (its context ended,
+// the store did not answer). The mark stands: the CIDR serves no new
+// allocation, and the allocator removes it in the background once no
+// address would be orphaned. DeleteCIDR may be called again for the
+// outcome. It matches ErrTerminating, and Err.
+type DeletionPendingError struct {
+	CIDR string
+	Err  error
+}
+
+// Error names the CIDR and why its removal is not decided.
+func (e *DeletionPendingError) Error() string {
+	return fmt.Sprintf("CIDR %q is terminating; its removal is not decided yet: %v", e.CIDR, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *DeletionPendingError) Unwrap() error { return e.Err }
+
+// Is matches ErrTerminating.
+func (e *DeletionPendingError) Is(target error) bool { return target == ErrTerminating }
+
 // ErrDeletionBlocked is matched by *DeletionBlockedError.
 var ErrDeletionBlocked = errors.New("deletion blocked")
 

@@ -19,7 +19,7 @@ import (
 func TestAllocatorCloseInFlightOverEtcdEndsEveryCallAndLeavesNoGoroutine(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	c := startCluster(t, 1)
-	s, err := New(c.newClient(t), WithPrefix("/audit-close"))
+	s, err := New(c.newClient(t), WithPrefix("/close"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +51,9 @@ func TestAllocatorCloseInFlightOverEtcdEndsEveryCallAndLeavesNoGoroutine(t *test
 					addr := netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + (g*7+i)%62)})
 					switch i % 4 {
 					case 0:
-						_, err = a.AllocateNext(ctx, ipaddress.IPv4, auditOwner(r*10000+g*1000+i))
+						_, err = a.AllocateNext(ctx, ipaddress.IPv4, nthOwner(r*10000+g*1000+i))
 					case 1:
-						_, err = a.Allocate(ctx, addr, auditOwner(r*10000+g*1000+i))
+						_, err = a.Allocate(ctx, addr, nthOwner(r*10000+g*1000+i))
 					case 2:
 						err = a.Release(ctx, addr)
 					case 3:

@@ -75,8 +75,8 @@ func (s asyncStore) Watch(ctx context.Context, w store.Watcher) error {
 	return nil
 }
 
-func auditOwner(i int) ipaddress.ParentRef {
-	return ipaddress.ParentRef{Resource: "services", Namespace: "audit", Name: fmt.Sprintf("o-%d", i)}
+func nthOwner(i int) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "services", Namespace: "churn", Name: fmt.Sprintf("o-%d", i)}
 }
 
 // shortCtx returns a context that ends after a random few microseconds, or
@@ -139,7 +139,7 @@ func TestACanceledCallLeavesTheIndexAsTheStoreAndNoUntoldRecord(t *testing.T) {
 					a := as[g%2]
 					for i := range ops {
 						id := g*ops + i
-						owner := auditOwner(id)
+						owner := nthOwner(id)
 						cctx, cancel := shortCtx(ctx)
 						var got []netip.Addr
 						var err error
@@ -187,7 +187,7 @@ func TestACanceledCallLeavesTheIndexAsTheStoreAndNoUntoldRecord(t *testing.T) {
 				}
 			}
 			for id, r := range results {
-				recs, err := mem.AddressesOf(ctx, auditOwner(id))
+				recs, err := mem.AddressesOf(ctx, nthOwner(id))
 				if err != nil {
 					t.Fatal(err)
 				}

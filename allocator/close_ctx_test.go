@@ -69,7 +69,7 @@ func TestCloseInFlightEndsEveryCallAndLeavesNoGoroutine(t *testing.T) {
 				for g := range 6 {
 					wg.Go(func() {
 						for i := 0; ; i++ {
-							owner := auditOwner(round*100000 + g*10000 + i)
+							owner := nthOwner(round*100000 + g*10000 + i)
 							var err error
 							switch (g + i) % 6 {
 							case 0:
@@ -84,7 +84,7 @@ func TestCloseInFlightEndsEveryCallAndLeavesNoGoroutine(t *testing.T) {
 									err = a.DeleteCIDR(ctx, name)
 								}
 							case 4:
-								_, err = a.ReleaseOwner(ctx, auditOwner(round*100000+g*10000+i-4))
+								_, err = a.ReleaseOwner(ctx, nthOwner(round*100000+g*10000+i-4))
 							case 5:
 								_, err = a.Restore(ctx, netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + i%62)}), owner)
 							}

@@ -17,10 +17,10 @@ import (
 // that rule (an answer lost in flight is ErrOutcomeUnknown), and the
 // allocator's call must keep it too, also when its ctx ends after the
 // write, while it waits for its watch to show it.
-func TestACreateCIDRThatFailsWithItsContextCreatesNothing(t *testing.T) {
+func TestACreateCIDRThatFailsWithItsContextCreatedNothing(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	c := startCluster(t, 1)
-	s, err := New(c.newClient(t), WithPrefix("/audit-cidrwrite"))
+	s, err := New(c.newClient(t), WithPrefix("/cidrwrite"))
 	if err != nil {
 		t.Fatal(err)
 	}

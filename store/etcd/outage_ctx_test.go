@@ -15,9 +15,9 @@ import (
 	"github.com/netipam/netipam/store"
 )
 
-// auditOwner is the owner of the i-th allocation of the outage test.
-func auditOwner(i int) ipaddress.ParentRef {
-	return ipaddress.ParentRef{Resource: "services", Namespace: "audit", Name: fmt.Sprintf("svc-%d", i)}
+// nthOwner is the owner of the i-th allocation of the outage test.
+func nthOwner(i int) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "services", Namespace: "churn", Name: fmt.Sprintf("svc-%d", i)}
 }
 
 // typedOutage reports whether err, the error of a call made while the
@@ -52,7 +52,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 	ctx := testCtx(t, 3*time.Minute)
 	c := startCluster(t, 1)
 	px := startProxy(t, c.members[0].client.Host)
-	const prefix = "/audit-outage"
+	const prefix = "/outage"
 	cli := c.newClient(t)
 	s1, err := New(cli, WithPrefix(prefix))
 	if err != nil {
@@ -84,7 +84,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 	}
 	var mine []netip.Addr
 	for i := range 10 {
-		r, err := a2.AllocateNext(ctx, ipaddress.IPv4, auditOwner(i))
+		r, err := a2.AllocateNext(ctx, ipaddress.IPv4, nthOwner(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 	px.Pause()
 	cut := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, time.Second) }
 	cctx, cancel := cut()
-	_, err = a2.AllocateNext(cctx, ipaddress.IPv4, auditOwner(100))
+	_, err = a2.AllocateNext(cctx, ipaddress.IPv4, nthOwner(100))
 	cancel()
 	if err == nil || !typedOutage(err) {
 		t.Errorf("AllocateNext cut off: %v, want a ctx error or ErrOutcomeUnknown", err)
@@ -121,7 +121,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 	}
 	n := 0
 	for ; ; n++ {
-		if _, err := a1.AllocateNext(ctx, ipaddress.IPv4, auditOwner(1000+n)); errors.Is(err, allocator.ErrFull) {
+		if _, err := a1.AllocateNext(ctx, ipaddress.IPv4, nthOwner(1000+n)); errors.Is(err, allocator.ErrFull) {
 			break
 		} else if err != nil {
 			t.Fatal(err)
@@ -165,7 +165,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 		}
 	}
 	// No record was left by a call made while cut off.
-	if got, err := s1.AddressesOf(ctx, auditOwner(100)); err != nil || len(got) > 0 {
+	if got, err := s1.AddressesOf(ctx, nthOwner(100)); err != nil || len(got) > 0 {
 		t.Errorf("the allocation made cut off left %v, %v", got, err)
 	}
 	if _, err := s1.GetCIDR(ctx, "other"); !errors.Is(err, store.ErrNotFound) {
@@ -174,7 +174,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 	// a2 serves exactly the freed addresses, then the range is full.
 	got := map[netip.Addr]bool{}
 	for i := range len(freed) {
-		r, err := a2.AllocateNext(ctx, ipaddress.IPv4, auditOwner(2000+i))
+		r, err := a2.AllocateNext(ctx, ipaddress.IPv4, nthOwner(2000+i))
 		if err != nil {
 			t.Fatalf("a2 allocation %d after the outage: %v", i, err)
 		}
@@ -185,7 +185,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 			t.Errorf("a2 did not hand out %s, freed while it was cut off (got %v)", addr, got)
 		}
 	}
-	if _, err := a2.AllocateNext(ctx, ipaddress.IPv4, auditOwner(3000)); !errors.Is(err, allocator.ErrFull) {
+	if _, err := a2.AllocateNext(ctx, ipaddress.IPv4, nthOwner(3000)); !errors.Is(err, allocator.ErrFull) {
 		t.Errorf("a2 on a full range: %v, want ErrFull", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestAnAllocatorCutOffPastACompactionResumesWithTheStoresState(t *testing.T)
 func TestAllocationsResumeAfterTheWholeClusterRestarts(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	c := startCluster(t, 1)
-	const prefix = "/audit-restart"
+	const prefix = "/restart"
 	var as []*allocator.Allocator
 	var ss []*Store
 	for range 2 {
@@ -221,14 +221,14 @@ func TestAllocationsResumeAfterTheWholeClusterRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		if _, err := as[i%2].AllocateNext(ctx, ipaddress.IPv4, auditOwner(i)); err != nil {
+		if _, err := as[i%2].AllocateNext(ctx, ipaddress.IPv4, nthOwner(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.Stop(0)
 	for i, a := range as {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := a.AllocateNext(cctx, ipaddress.IPv4, auditOwner(100+i))
+		_, err := a.AllocateNext(cctx, ipaddress.IPv4, nthOwner(100+i))
 		cancel()
 		if err == nil || !typedOutage(err) {
 			t.Errorf("allocator %d, etcd down: AllocateNext %v, want a ctx error or ErrOutcomeUnknown", i, err)
@@ -243,7 +243,7 @@ func TestAllocationsResumeAfterTheWholeClusterRestarts(t *testing.T) {
 	c.Restart(0)
 	n := 10
 	for i := 0; ; i++ {
-		_, err := as[i%2].AllocateNext(ctx, ipaddress.IPv4, auditOwner(1000+i))
+		_, err := as[i%2].AllocateNext(ctx, ipaddress.IPv4, nthOwner(1000+i))
 		if errors.Is(err, allocator.ErrFull) {
 			break
 		}
@@ -273,7 +273,7 @@ func TestAllocationsResumeAfterTheWholeClusterRestarts(t *testing.T) {
 		}
 	}
 	for i := range 2 {
-		if got, err := ss[0].AddressesOf(ctx, auditOwner(100+i)); err != nil || len(got) > 0 {
+		if got, err := ss[0].AddressesOf(ctx, nthOwner(100+i)); err != nil || len(got) > 0 {
 			t.Errorf("an allocation made with etcd down left %v, %v", got, err)
 		}
 	}

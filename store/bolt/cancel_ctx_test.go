@@ -18,8 +18,8 @@ import (
 	"github.com/netipam/netipam/store/bolt"
 )
 
-func auditOwner(i int) ipaddress.ParentRef {
-	return ipaddress.ParentRef{Resource: "services", Namespace: "audit", Name: fmt.Sprintf("o-%d", i)}
+func nthOwner(i int) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "services", Namespace: "churn", Name: fmt.Sprintf("o-%d", i)}
 }
 
 // Allocations whose contexts end at random points, then Close in flight,
@@ -64,15 +64,15 @@ func TestACanceledAllocationOverBoltLeavesNoUntoldRecord(t *testing.T) {
 				switch i % 4 {
 				case 0:
 					var r ipaddress.IPAddress
-					r, err = a.AllocateNext(cctx, ipaddress.IPv4, auditOwner(id))
+					r, err = a.AllocateNext(cctx, ipaddress.IPv4, nthOwner(id))
 					got = []netip.Addr{r.Addr}
 				case 1:
 					var r4, r6 ipaddress.IPAddress
-					r4, r6, err = a.AllocateDualStack(cctx, auditOwner(id), netip.Addr{}, netip.Addr{})
+					r4, r6, err = a.AllocateDualStack(cctx, nthOwner(id), netip.Addr{}, netip.Addr{})
 					got = []netip.Addr{r4.Addr, r6.Addr}
 				case 2:
 					var r ipaddress.IPAddress
-					r, err = a.Allocate(cctx, netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rand.IntN(62))}), auditOwner(id))
+					r, err = a.Allocate(cctx, netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rand.IntN(62))}), nthOwner(id))
 					got = []netip.Addr{r.Addr}
 				case 3:
 					err = a.Release(cctx, netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rand.IntN(62))}))
@@ -108,7 +108,7 @@ func TestACanceledAllocationOverBoltLeavesNoUntoldRecord(t *testing.T) {
 	}
 	oks := 0
 	for id, r := range results {
-		recs, err := st.AddressesOf(ctx, auditOwner(id))
+		recs, err := st.AddressesOf(ctx, nthOwner(id))
 		if err != nil {
 			t.Fatal(err)
 		}
