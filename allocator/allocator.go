@@ -22,6 +22,12 @@
 // addresses are marked in flight while the store is written, and a lost
 // race is retried.
 //
+// An allocator serves from the CIDRs its index holds. A CIDR call returns
+// once its own index shows the write; another allocator sharing the store
+// serves the CIDR once its watch has applied it (WaitRevision with the
+// CIDR's Revision waits for that), and until then may answer ErrMismatch
+// or ErrFull for it.
+//
 // Any other error of the store ends the call and is returned as is. So is
 // one matching store.ErrOutcomeUnknown (etcd: the create's answer was lost):
 // the address may be the owner's now or later, and trying another could
