@@ -49,6 +49,6 @@ func Example() {
 		fmt.Printf("%s (%s): %s\n", e.Kind, e.ErrorType(), e.Message)
 	}
 	// Output:
-	// Leak (leak): 10.96.0.7 of services/default/deleted appears to have leaked: cleaning up
 	// Repaired (repair): [IPv4] 10.96.0.10 of services/default/dns is not allocated; repairing
+	// Leak (leak): 10.96.0.7 of services/default/deleted appears to have leaked: cleaning up
 }

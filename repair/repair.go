@@ -17,11 +17,11 @@
 //     may belong to an allocation whose consumer is still being written.
 //     When one consumer holds the address, the record is handed to it in
 //     the same store write (store.Store.ReplaceAddressAt), so no other
-//     allocation can take the address in between. A record that only
-//     Terminating CIDRs contain is deleted last, once every consumer
-//     address has its record: its deletion may let such a CIDR be
-//     removed, which must not happen under an address still to be
-//     recorded;
+//     allocation can take the address in between. Records are deleted
+//     last, once every consumer address has its record: a deletion may
+//     let a Terminating CIDR be removed (also one that turned Terminating
+//     during the pass), which must not happen under an address still to
+//     be recorded;
 //   - reports an address held by several consumers ("already allocated"),
 //     counting a legacy spelling as a holder, and changes nothing about it;
 //   - reports a record the store holds but cannot decode (Failed, its Err
@@ -163,10 +163,11 @@ type pass struct {
 	// as undecodable (as far as the store named them): reported, and
 	// never given a record of a consumer's.
 	unreadable map[netip.Addr]bool
-	// later holds the cleanups of records that only Terminating CIDRs
-	// contain, made after the consumers' addresses are checked: deleting
-	// such a record may let its CIDR be removed, and a consumer address
-	// in that CIDR still to be given its record would then be in none.
+	// later holds the cleanups of records, made after the consumers'
+	// addresses are checked: deleting a record may let a Terminating CIDR
+	// (one by now, if not when the pass read the CIDRs) be removed, and a
+	// consumer address in that CIDR still to be given its record would
+	// then be in none.
 	later []cleanup
 }
 
@@ -435,17 +436,16 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	}
 	heir, handOver := p.heir(rec.Addr)
 	if !handOver {
-		c := cleanup{rec: rec, kind: kind, age: age, msg: msg}
-		if len(p.terminatingOnly(rec.Addr)) > 0 {
-			// Not held by a consumer that gets it: for the consumer
-			// phase it is gone already, in the store it stays until
-			// that phase is over.
-			delete(p.records, rec.Addr)
-			p.deleted[rec.Addr] = true
-			p.later = append(p.later, c)
-			return
-		}
-		p.cleanUp(ctx, c)
+		// Not held by a consumer that gets it: for the consumer phase
+		// it is gone already, in the store it stays until that phase is
+		// over. Every cleanup waits, not only one inside CIDRs the pass
+		// read as Terminating: a live CIDR holding it may turn
+		// Terminating after the pass read the CIDRs, and deleting its
+		// last record would then let it go under a consumer address the
+		// pass has yet to record.
+		delete(p.records, rec.Addr)
+		p.deleted[rec.Addr] = true
+		p.later = append(p.later, cleanup{rec: rec, kind: kind, age: age, msg: msg})
 		return
 	}
 	if !p.r.DryRun {
