@@ -138,9 +138,10 @@ func (e Event) String() string {
 // Report is the outcome of one repair pass.
 type Report struct {
 	// Events lists the findings in the order they were made: records
-	// first (leaks, wrong references), then consumers' addresses; a record
-	// handed to its consumer is followed at once by that consumer's
-	// Repaired, among the records' findings.
+	// first (pending ones, and a record handed to its consumer, followed
+	// at once by that consumer's Repaired), then consumers' addresses,
+	// then the records deleted (leaks, wrong references), which wait for
+	// every consumer address to have its record.
 	Events []Event
 	// Records and Consumers count what the pass looked at; Records
 	// includes the records that cannot be read.

@@ -191,6 +191,17 @@ func TestStaticSameAddressOneWinnerOthersErrAllocated(t *testing.T) {
 	if err := a0.DeleteCIDR(ctx, "wide"); !errors.Is(err, allocator.ErrDeletionBlocked) {
 		t.Fatalf("DeleteCIDR(wide) = %v, want ErrDeletionBlocked", err)
 	}
+	// Every allocator serves "live" once its own watch shows it: until
+	// then it answers ErrMismatch, as the package documents.
+	wide, err := a0.GetCIDR("wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range allocs {
+		if err := a.WaitRevision(ctx, wide.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		time.Sleep(20 * time.Millisecond)

@@ -16,7 +16,7 @@ import (
 // pass's cleanup of that record before the consumer's unrecorded address
 // inside it has its record. Another apiserver deleting the CIDR mid-pass
 // is what every cluster renumbering does.
-func TestAuditLeakCleanupNeverRemovesACIDRTurnedTerminatingUnderAnUnrecordedConsumerAddress(t *testing.T) {
+func TestLeakCleanupNeverRemovesACIDRTurnedTerminatingUnderAnUnrecordedConsumerAddress(t *testing.T) {
 	e := newEnv(t, map[string][]string{"old": {"10.0.0.0/24"}})
 	e.allocate("10.0.0.200", svc("gone")) // the only record in old: a leak
 	e.clock.Advance(time.Hour)

@@ -18,19 +18,19 @@ import (
 	"github.com/netipam/netipam/store"
 )
 
-// auditRig is two stores on two clients of one etcd, same prefix, each
+// twoClients is two stores on two clients of one etcd, same prefix, each
 // with an allocator: two apiservers.
-type auditRig struct {
+type twoClients struct {
 	ctx    context.Context
 	st     [2]*Store
 	a      [2]*allocator.Allocator
 	prefix netip.Prefix
 }
 
-func newAuditRig(t *testing.T, prefix string, cidr string) *auditRig {
+func newTwoClients(t *testing.T, prefix string, cidr string) *twoClients {
 	t.Helper()
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
-	r := &auditRig{ctx: testCtx(t, 2*time.Minute), prefix: netip.MustParsePrefix(cidr)}
+	r := &twoClients{ctx: testCtx(t, 2*time.Minute), prefix: netip.MustParsePrefix(cidr)}
 	for i := range 2 {
 		st, err := New(c.newClient(t), WithPrefix(prefix))
 		if err != nil {
@@ -58,7 +58,7 @@ func newAuditRig(t *testing.T, prefix string, cidr string) *auditRig {
 }
 
 // byOwner is what ListAddresses says each owner holds, with revisions.
-func (r *auditRig) byOwner(t *testing.T) map[ipaddress.ParentRef]map[netip.Addr]int64 {
+func (r *twoClients) byOwner(t *testing.T) map[ipaddress.ParentRef]map[netip.Addr]int64 {
 	t.Helper()
 	recs, err := r.st[0].ListAddresses(r.ctx)
 	if err != nil {
@@ -80,8 +80,8 @@ func (r *auditRig) byOwner(t *testing.T) map[ipaddress.ParentRef]map[netip.Addr]
 // repair's hand-over) and delete and re-create them, the index of each
 // client, once quiet, holds exactly what the records say, revisions
 // included.
-func TestAuditOwnerIndexMatchesRecordsAfterConcurrentHandOversAndDeletes(t *testing.T) {
-	r := newAuditRig(t, "/audit-owners", "10.0.0.0/26")
+func TestOwnerIndexMatchesRecordsAfterConcurrentHandOversAndDeletes(t *testing.T) {
+	r := newTwoClients(t, "/owners", "10.0.0.0/26")
 	owners := []ipaddress.ParentRef{svc("o0"), svc("o1"), svc("o2"), svc("o3")}
 	// Start both indexes before the writes.
 	for _, st := range r.st {
@@ -164,8 +164,8 @@ func TestAuditOwnerIndexMatchesRecordsAfterConcurrentHandOversAndDeletes(t *test
 // allocated before it started, and leaves none of them recorded; while
 // allocations go on, everything it returns was the owner's and is free
 // or another's now.
-func TestAuditReleaseOwnerReleasesEveryAddressAllocatedBeforeIt(t *testing.T) {
-	r := newAuditRig(t, "/audit-release-owner", "10.1.0.0/24")
+func TestReleaseOwnerReleasesEveryAddressAllocatedBeforeIt(t *testing.T) {
+	r := newTwoClients(t, "/release-owner", "10.1.0.0/24")
 	o := svc("owner")
 	for round := range 6 {
 		var mu sync.Mutex

@@ -16,15 +16,15 @@ import (
 	"github.com/netipam/netipam/store"
 )
 
-// auditRegistry is the consumers' truth (the Services), kept consistent
+// consumerRegistry is the consumers' truth (the Services), kept consistent
 // with the store: an allocation and its registration, an unregistration
 // and its release, are one step under mu, and List reads under mu.
-type auditRegistry struct {
+type consumerRegistry struct {
 	mu   sync.Mutex
 	held map[ipaddress.ParentRef][]string
 }
 
-func (g *auditRegistry) List(context.Context) ([]repair.Consumer, error) {
+func (g *consumerRegistry) List(context.Context) ([]repair.Consumer, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []repair.Consumer
@@ -34,7 +34,7 @@ func (g *auditRegistry) List(context.Context) ([]repair.Consumer, error) {
 	return out, nil
 }
 
-func (g *auditRegistry) Exists(_ context.Context, ref ipaddress.ParentRef) (bool, error) {
+func (g *consumerRegistry) Exists(_ context.Context, ref ipaddress.ParentRef) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	_, ok := g.held[ref]
@@ -46,9 +46,9 @@ func (g *auditRegistry) Exists(_ context.Context, ref ipaddress.ParentRef) (bool
 // quiescence every consumer's address is recorded for it, whatever the
 // passes found (records lost, records of a deleted owner, records naming
 // another owner), and no pass freed an address a consumer holds.
-func TestAuditTwoRepairLoopsAndLiveConsumersLeaveEveryConsumerAddressRecorded(t *testing.T) {
-	r := newAuditRig(t, "/audit-two-repairs", "10.2.0.0/26")
-	g := &auditRegistry{held: map[ipaddress.ParentRef][]string{}}
+func TestTwoRepairLoopsAndLiveConsumersLeaveEveryConsumerAddressRecorded(t *testing.T) {
+	r := newTwoClients(t, "/two-repairs", "10.2.0.0/26")
+	g := &consumerRegistry{held: map[ipaddress.ParentRef][]string{}}
 	// Consumers with damage: every third has lost its record, every third
 	// has its record under a ghost owner.
 	for i := range 30 {
