@@ -389,12 +389,15 @@ func diagnoseEndpoint(ctx context.Context, ep string, cfg *tls.Config) error {
 	if strings.HasPrefix(ep, "unix:") || strings.HasPrefix(ep, "unixs:") {
 		return nil
 	}
+	// The way to TLS for a bare HOST:PORT is a TLS flag or https://; for
+	// http://, whatever the flags, only https://.
+	advice := ", or give --etcd-cacert"
 	if strings.Contains(ep, "://") {
 		u, err := url.Parse(ep)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 			return nil
 		}
-		addr, useTLS = u.Host, u.Scheme == "https"
+		addr, useTLS, advice = u.Host, u.Scheme == "https", " (http:// is plain text, whatever the TLS flags)"
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -420,7 +423,7 @@ func diagnoseEndpoint(ctx context.Context, ep string, cfg *tls.Config) error {
 		// TLS: see whether a handshake, trusting anything, goes through.
 		probe := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, NextProtos: cfg.NextProtos})
 		if probe.HandshakeContext(ctx) == nil {
-			return &tlsError{ep, errors.New("it serves TLS: name it https://" + addr + ", or give --etcd-cacert")}
+			return &tlsError{ep, errors.New("it serves TLS: name it https://" + addr + advice)}
 		}
 		return nil
 	}
