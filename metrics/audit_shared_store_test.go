@@ -184,3 +184,46 @@ func TestGaugesOfAllocatorsSharingAStoreAgree(t *testing.T) {
 		}
 	}
 }
+
+// Two allocators of one process, sharing a store, can expose their
+// metrics in one registry, told apart by a constant label (WithConstLabels,
+// "for example the name of the embedding component"): registering both
+// succeeds, and a gather gives each one's series under its label.
+func TestTwoAllocatorsMetricsInOneRegistry(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	reg := prometheus.NewPedanticRegistry()
+	var as []*allocator.Allocator
+	for _, name := range []string{"one", "two"} {
+		m := metrics.New(metrics.WithConstLabels(prometheus.Labels{"component": name}))
+		a, err := allocator.New(ctx, st, allocator.WithObserver(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		m.Track(a)
+		if err := reg.Register(m); err != nil {
+			t.Fatalf("registering the metrics of %s: %v", name, err)
+		}
+		as = append(as, a)
+	}
+	c, err := as[0].CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.96.0.0/28"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := as[1].WaitRevision(ctx, c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as[1].Allocate(ctx, netip.MustParseAddr("10.96.0.1"), svc("x")); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, reg, "netipam_allocator_allocation_total", "component", "two", "cidr", "kubernetes"); got != 1 {
+		t.Errorf("two's allocations = %v, want 1", got)
+	}
+	if got := value(t, reg, "netipam_allocator_allocation_total", "component", "one", "cidr", "kubernetes"); got != -1 {
+		t.Errorf("one's allocations = %v, want no series", got)
+	}
+	if got := value(t, reg, "netipam_allocator_available_ips", "component", "two", "cidr", "kubernetes"); got != 13 {
+		t.Errorf("two's available = %v, want 13", got)
+	}
+}

@@ -249,3 +249,41 @@ func TestAnEtcdWithoutQuorumEndsEveryCommandAtTimeout(t *testing.T) {
 		}
 	}
 }
+
+// ipamctl processes deleting a CIDR and allocating in it at once over one
+// etcd never leave an address outside every live CIDR: either the
+// allocation is refused and the CIDR goes, or the address is held and the
+// CIDR stays, Terminating, until it is released.
+func TestConcurrentDeleteAndAllocateOverEtcdOrphanNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	ep := startEtcd(t)
+	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/audit-delete-race"}}
+	outcomes := map[string]int{}
+	for i := range 12 {
+		c.ok("cidr", "create", "x", "10.50.0.0/28")
+		var del, alloc result
+		var wg sync.WaitGroup
+		wg.Go(func() { del = c.run("cidr", "delete", "x") })
+		wg.Go(func() {
+			alloc = c.run("ip", "allocate", "--family", "4", "--parent", fmt.Sprintf("services/default/r-%d", i), "-o", "json")
+		})
+		wg.Wait()
+		outcomes[fmt.Sprintf("delete %d, allocate %d", del.code, alloc.code)]++
+		var recs list[ipObject]
+		c.json(&recs, "ip", "get")
+		cidr := c.run("cidr", "get", "x", "-o", "json")
+		switch {
+		case alloc.code == 0 && (del.code != exitPending || len(recs.Items) != 1 || cidr.code != 0 || !strings.Contains(cidr.stdout, `"terminating": true`)):
+			t.Fatalf("round %d: allocated, yet delete exit %d, %d records, cidr get exit %d: %s%s", i, del.code, len(recs.Items), cidr.code, cidr.stdout, del.stderr)
+		case alloc.code != 0 && (del.code != 0 || len(recs.Items) != 0 || cidr.code != exitNotFound):
+			t.Fatalf("round %d: allocate exit %d (%s), delete exit %d, %d records, cidr get exit %d", i, alloc.code, alloc.stderr, del.code, len(recs.Items), cidr.code)
+		}
+		if alloc.code == 0 {
+			c.ok("ip", "release", recs.Items[0].Name)
+			c.fail(exitNotFound, "not found", "cidr", "get", "x")
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
