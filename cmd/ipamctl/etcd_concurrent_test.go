@@ -26,7 +26,7 @@ func TestConcurrentIpamctlOverEtcdNeverDoubleAllocate(t *testing.T) {
 		t.Skip("starts an embedded etcd")
 	}
 	ep := startEtcd(t)
-	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/audit-concurrent"}}
+	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/concurrent"}}
 	c.ok("cidr", "create", "kubernetes", "10.96.0.0/28")
 	c.ok("cidr", "create", "overlap", "10.96.0.0/29") // merged: no address twice across both
 	const n = 20                                      // 14 addresses
@@ -153,7 +153,7 @@ func TestEtcdMisuseEndsWithItsCodeAndAMessage(t *testing.T) {
 			if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
 				t.Errorf("panicked: %s", r.stderr)
 			}
-			if took > 30*time.Second {
+			if took > 2*time.Minute { // a hang, not a speed target
 				t.Errorf("took %v", took)
 			}
 			t.Logf("exit %d in %v: %s", r.code, took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
@@ -187,7 +187,7 @@ func startPair(t *testing.T) (closers []func(), hosts []string) {
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = clients[i:i+1], clients[i:i+1]
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = peers[i:i+1], peers[i:i+1]
 		cfg.InitialCluster = initial
-		cfg.InitialClusterToken = "audit-pair"
+		cfg.InitialClusterToken = "ipamctl-pair"
 		cfg.LogLevel = "fatal"
 		cfg.UnsafeNoFsync = true
 		e, err := embed.StartEtcd(cfg)
@@ -220,7 +220,7 @@ func TestAnEtcdWithoutQuorumEndsEveryCommandAtTimeout(t *testing.T) {
 		t.Skip("starts an embedded etcd")
 	}
 	es, hosts := startPair(t)
-	c := &cli{t: t, store: []string{"--etcd", hosts[0], "--etcd-prefix", "/audit-quorum"}}
+	c := &cli{t: t, store: []string{"--etcd", hosts[0], "--etcd-prefix", "/quorum"}}
 	c.ok("cidr", "create", "kubernetes", "10.96.0.0/28")
 	c.ok("ip", "allocate", "10.96.0.1", "--parent", "services/default/kubernetes")
 	es[1]()
@@ -244,7 +244,9 @@ func TestAnEtcdWithoutQuorumEndsEveryCommandAtTimeout(t *testing.T) {
 		if !strings.Contains(r.stderr, "timed out") && !strings.Contains(r.stderr, "timeout") {
 			t.Errorf("%s: stderr %q does not say it timed out", strings.Join(args, " "), r.stderr)
 		}
-		if took > 15*time.Second {
+		// A hang, not a speed target: 20 times --timeout, so that a
+		// loaded machine cannot fail it.
+		if took > time.Minute {
 			t.Errorf("%s: took %v with --timeout 3s", strings.Join(args, " "), took)
 		}
 	}
@@ -259,7 +261,7 @@ func TestConcurrentDeleteAndAllocateOverEtcdOrphanNothing(t *testing.T) {
 		t.Skip("starts an embedded etcd")
 	}
 	ep := startEtcd(t)
-	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/audit-delete-race"}}
+	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/delete-race"}}
 	outcomes := map[string]int{}
 	for i := range 12 {
 		c.ok("cidr", "create", "x", "10.50.0.0/28")

@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-// auditNormalize removes from an output what differs from run to run
+// normalizeRun removes from an output what differs from run to run
 // whatever the store: ages, creation times, how long ago something was
 // created, and the store's own name (the --db path, the etcd endpoint).
-func auditNormalize(s string, names ...string) string {
+func normalizeRun(s string, names ...string) string {
 	for _, n := range names {
 		s = strings.ReplaceAll(s, n, "STORE")
 	}
@@ -53,7 +53,7 @@ func TestEveryCommandOverEtcdAnswersAsOverDB(t *testing.T) {
 	ep := startEtcd(t)
 	stores := []*cli{
 		{t: t, store: []string{"--db", db}},
-		{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/audit-like-db"}},
+		{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/like-db"}},
 	}
 	steps := [][]string{
 		{"cidr", "create", "tiny", "10.1.0.0/30"},
@@ -126,8 +126,8 @@ func TestEveryCommandOverEtcdAnswersAsOverDB(t *testing.T) {
 		var outs []result
 		for _, c := range stores {
 			r := c.run(step...)
-			r.stdout = auditNormalize(r.stdout, db, ep)
-			r.stderr = auditNormalize(r.stderr, db, ep)
+			r.stdout = normalizeRun(r.stdout, db, ep)
+			r.stderr = normalizeRun(r.stderr, db, ep)
 			outs = append(outs, r)
 		}
 		if outs[0] != outs[1] {

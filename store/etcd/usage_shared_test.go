@@ -35,7 +35,7 @@ func TestUsageOfAllocatorsSharingEtcdIsTheStoresTruth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := New(cli, WithPrefix("/audit-usage"), WithCloseClient())
+		st, err := New(cli, WithPrefix("/usage"), WithCloseClient())
 		if err != nil {
 			t.Fatal(err)
 		}
