@@ -40,26 +40,28 @@ func main() {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct loopback ports that were free a moment
+// ago: each listener stays open until all are picked, so no two are one.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // startEtcd starts one etcd member on loopback with its data in dir.
 func startEtcd(dir string) (*embed.Etcd, string, error) {
-	cport, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, "", err
 	}
-	pport, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
+	cport, pport := ports[0], ports[1]
 	curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
 	purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
 	cfg := embed.NewConfig()
