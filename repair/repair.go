@@ -438,8 +438,7 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	if !handOver {
 		// Not held by a consumer that gets it: for the consumer phase
 		// it is gone already, in the store it stays until that phase is
-		// over. Every cleanup waits, not only one inside CIDRs the pass
-		// read as Terminating: a live CIDR holding it may turn
+		// over, also inside CIDRs the pass read as live: one may turn
 		// Terminating after the pass read the CIDRs, and deleting its
 		// last record would then let it go under a consumer address the
 		// pass has yet to record.
