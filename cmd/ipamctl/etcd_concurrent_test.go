@@ -166,19 +166,24 @@ func TestEtcdMisuseEndsWithItsCodeAndAMessage(t *testing.T) {
 // members' client host:port.
 func startPair(t *testing.T) (closers []func(), hosts []string) {
 	t.Helper()
+	// Every listener stays open until all four ports are picked, so that
+	// no two are one.
 	var clients, peers []url.URL
+	var held []net.Listener
 	for range 2 {
 		for _, to := range []*[]url.URL{&clients, &peers} {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
+			held = append(held, l)
 			*to = append(*to, url.URL{Scheme: "http", Host: l.Addr().String()})
-			l.Close()
 		}
 	}
+	for _, l := range held {
+		l.Close()
+	}
 	initial := "m0=" + peers[0].String() + ",m1=" + peers[1].String()
-	var es []*embed.Etcd
 	started := make(chan *embed.Etcd, 2)
 	for i := range 2 {
 		cfg := embed.NewConfig()
@@ -196,7 +201,6 @@ func startPair(t *testing.T) (closers []func(), hosts []string) {
 		}
 		closeOnce := sync.OnceFunc(e.Close)
 		t.Cleanup(closeOnce)
-		es = append(es, e)
 		closers = append(closers, closeOnce)
 		hosts = append(hosts, clients[i].Host)
 		go func() { <-e.Server.ReadyNotify(); started <- e }()
