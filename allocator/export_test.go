@@ -1,5 +1,7 @@
 package allocator
 
+import "github.com/netipam/netipam/store"
+
 // WaitingForWatch reports whether a call of a is waiting for its index to
 // reach a revision (WaitRevision): for tests that hold a watch back and
 // must release it only once the allocator waits, or has gone on without.
@@ -19,3 +21,8 @@ func SetSparseActiveFrom(a *Allocator, n int) {
 		a.sparse[f].SetActiveFrom(n)
 	}
 }
+
+// AsyncWatch returns st taken the remote way, its watch told from a
+// goroutine of its own a little after each write, as an etcd watch is
+// (asyncStore).
+func AsyncWatch(st store.Store) store.Store { return asyncStore{st} }

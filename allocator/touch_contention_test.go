@@ -95,60 +95,6 @@ func TestSpec3ALiveCIDRWithRoomServesWhileOthersAllocateInsideATerminatingCIDR(t
 	}
 }
 
-// asyncStore is a memory store taken the remote way whose watchers are
-// told of each change from a goroutine of their own, after the write
-// returns, as an etcd watch stream tells them.
-type asyncStore struct{ store.Store }
-
-type asyncWatcher struct {
-	w    store.Watcher
-	mu   sync.Mutex
-	cond *sync.Cond
-	q    []store.Event
-	done bool
-}
-
-func (s asyncStore) Watch(ctx context.Context, w store.Watcher) error {
-	aw := &asyncWatcher{w: w}
-	aw.cond = sync.NewCond(&aw.mu)
-	go aw.run()
-	context.AfterFunc(ctx, func() {
-		aw.mu.Lock()
-		aw.done = true
-		aw.mu.Unlock()
-		aw.cond.Broadcast()
-	})
-	return s.Store.Watch(ctx, aw)
-}
-
-// Reset is passed on at once: the memory store calls it only as the
-// watch starts, before any event.
-func (aw *asyncWatcher) Reset(snap store.Snapshot) { aw.w.Reset(snap) }
-
-func (aw *asyncWatcher) Apply(e store.Event) {
-	aw.mu.Lock()
-	aw.q = append(aw.q, e)
-	aw.mu.Unlock()
-	aw.cond.Signal()
-}
-
-func (aw *asyncWatcher) run() {
-	for {
-		aw.mu.Lock()
-		for len(aw.q) == 0 && !aw.done {
-			aw.cond.Wait()
-		}
-		if aw.done {
-			aw.mu.Unlock()
-			return
-		}
-		e := aw.q[0]
-		aw.q = aw.q[1:]
-		aw.mu.Unlock()
-		aw.w.Apply(e)
-	}
-}
-
 // The same under plain concurrency, without a scripted interleaving:
 // three allocators over a store whose watch is told after the write (as
 // etcd's), twelve goroutines allocating and releasing from L inside the
@@ -159,7 +105,7 @@ func TestSpec3ConcurrentAllocationsInsideATerminatingCIDRDoNotFail(t *testing.T)
 	st := memory.New()
 	var as []*allocator.Allocator
 	for range 3 {
-		a, err := allocator.New(ctx, asyncStore{st}, allocator.WithStrategy(allocator.RandomStart(rand.NewPCG(1, 2))))
+		a, err := allocator.New(ctx, allocator.AsyncWatch(st), allocator.WithStrategy(allocator.RandomStart(rand.NewPCG(1, 2))))
 		if err != nil {
 			t.Fatal(err)
 		}
