@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/store"
 )
 
@@ -20,16 +19,7 @@ import (
 func TestACreateCIDRThatFailsWithItsContextCreatedNothing(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	c := startCluster(t, 1)
-	s, err := New(c.newClient(t), WithPrefix("/cidrwrite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	a, err := allocator.New(ctx, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newAllocators(t, ctx, c, "/cidrwrite", 1, nil)[0]
 	var untold []string
 	for i := range 300 {
 		name := fmt.Sprintf("c-%d", i)
@@ -39,7 +29,7 @@ func TestACreateCIDRThatFailsWithItsContextCreatedNothing(t *testing.T) {
 		if err == nil || errors.Is(err, store.ErrOutcomeUnknown) {
 			continue
 		}
-		if _, gerr := s.GetCIDR(ctx, name); gerr == nil {
+		if _, gerr := a.Store().GetCIDR(ctx, name); gerr == nil {
 			untold = append(untold, fmt.Sprintf("%s (%v)", name, err))
 		}
 	}

@@ -30,20 +30,7 @@ func TestEnsureDefaultConcurrentMismatchIsErrDefaultMismatch(t *testing.T) {
 	v4 := netip.MustParsePrefix("10.96.0.0/24")
 	v6 := []netip.Prefix{netip.MustParsePrefix("fd00:1::/120"), netip.MustParsePrefix("fd00:2::/120")}
 	for round := range 15 {
-		allocs := make([]*allocator.Allocator, 2)
-		for i := range allocs {
-			st, err := New(c.newClient(t), WithPrefix(fmt.Sprintf("/ensure%d", round)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			a, err := allocator.New(ctx, st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			allocs[i] = a
-		}
+		allocs := newAllocators(t, ctx, c, fmt.Sprintf("/ensure%d", round), 2, nil)
 		if _, err := allocs[0].EnsureDefault(ctx, v4); err != nil {
 			t.Fatalf("round %d: EnsureDefault(%v): %v", round, v4, err)
 		}
@@ -93,20 +80,7 @@ func TestEnsureDefaultConcurrentOneDefaultCIDR(t *testing.T) {
 	defer cancel()
 	v4, v6 := netip.MustParsePrefix("10.96.0.0/24"), netip.MustParsePrefix("fd00:96::/112")
 	for round := range 5 {
-		allocs := make([]*allocator.Allocator, 3)
-		for i := range allocs {
-			st, err := New(c.newClient(t), WithPrefix(fmt.Sprintf("/ensureall%d", round)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			a, err := allocator.New(ctx, st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			allocs[i] = a
-		}
+		allocs := newAllocators(t, ctx, c, fmt.Sprintf("/ensureall%d", round), 3, nil)
 		var last cidrset.CIDR
 		for _, step := range []struct {
 			prefixes []netip.Prefix

@@ -131,9 +131,8 @@ func cidrList(m map[string]cidrset.CIDR) []string {
 	return out
 }
 
-// sharedAllocators starts n allocators over one etcd, each with its own
-// client, store and watch, under key prefix; and a history watcher on one
-// more store of the same prefix.
+// sharedAllocators is newAllocators, and a history watcher on one more
+// store of the same prefix.
 func sharedAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix string, n int, opts func(i int) []allocator.Option) ([]*allocator.Allocator, *storeHistory) {
 	t.Helper()
 	hst, err := New(c.newClient(t), WithPrefix(prefix))
@@ -147,6 +146,14 @@ func sharedAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix 
 	if err := hst.Watch(wctx, h); err != nil {
 		t.Fatal(err)
 	}
+	return newAllocators(t, ctx, c, prefix, n, opts), h
+}
+
+// newAllocators starts n allocators over one etcd, each with its own
+// client, store and watch, under key prefix (opts: each one's options, or
+// nil), all closed at the test's end.
+func newAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix string, n int, opts func(i int) []allocator.Option) []*allocator.Allocator {
+	t.Helper()
 	var out []*allocator.Allocator
 	for i := range n {
 		st, err := New(c.newClient(t), WithPrefix(prefix))
@@ -164,7 +171,7 @@ func sharedAllocators(t *testing.T, ctx context.Context, c *testCluster, prefix 
 		t.Cleanup(func() { _ = a.Close(); _ = st.Close() })
 		out = append(out, a)
 	}
-	return out, h
+	return out
 }
 
 // SPEC §3: a static address asked of several allocators at once, each over

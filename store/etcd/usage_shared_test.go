@@ -8,10 +8,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
 )
@@ -27,25 +23,7 @@ func TestUsageOfAllocatorsSharingEtcdIsTheStoresTruth(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ep := startCluster(t, 1).Endpoints()[0]
-	var as []*allocator.Allocator
-	var stores []*Store
-	for range 3 {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := New(cli, WithPrefix("/usage"), WithCloseClient())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := allocator.New(ctx, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close(); st.Close() })
-		as, stores = append(as, a), append(stores, st)
-	}
+	as := newAllocators(t, ctx, startCluster(t, 1), "/usage", 3, nil)
 	var last int64
 	for _, c := range []struct {
 		name     string
@@ -102,7 +80,7 @@ func TestUsageOfAllocatorsSharingEtcdIsTheStoresTruth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := stores[0].ListAddresses(ctx)
+	recs, err := as[0].Store().ListAddresses(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
