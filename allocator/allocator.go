@@ -20,7 +20,10 @@
 // Over a store.Locked store (store/memory) an allocation is one critical
 // section under the store's own lock; over others (bbolt, etcd) the chosen
 // addresses are marked in flight while the store is written, and a lost
-// race is retried.
+// race is retried. Another call of the same allocator steps over an
+// address in flight; when that leaves it nothing to answer but ErrFull,
+// or ErrAllocated for that very address, it waits for the create's
+// outcome first, as the create may fail.
 //
 // An allocator serves from the CIDRs its index holds. A CIDR call returns
 // once its own index shows the write; another allocator sharing the store
@@ -177,7 +180,11 @@ type Allocator struct {
 	// pending holds the addresses chosen whose creation is in flight: a
 	// slice, since there are at most as many as concurrent callers.
 	pending []netip.Addr
-	pools   map[netip.Prefix]*pool
+	// inFlightWait is closed when an address leaves pending, if a call
+	// waits for that (inFlightWaiters, awaitInFlight).
+	inFlightWait    chan struct{}
+	inFlightWaiters int
+	pools           map[netip.Prefix]*pool
 	// Derived from index and pools on every CIDR change, so that the
 	// allocation path does not walk the CIDRs:
 	poolList [2][]*pool // every pool, per family, by first address
@@ -659,7 +666,9 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 					out[i] = ipaddress.IPAddress{Addr: c.addr, Parent: owner}
 				}
 			}
-			return sourcesOf(choices), err
+			if err != errInFlight {
+				return sourcesOf(choices), err
+			}
 		case a.locked != nil:
 			choices, err = a.chooseAndCreate(owner, reqs, skip, buf[:0], out)
 		default:
@@ -667,6 +676,24 @@ func (a *Allocator) allocateOnce(ctx context.Context, owner ipaddress.ParentRef,
 		}
 		if err == nil {
 			return sourcesOf(choices), nil
+		}
+		if err == errInFlight {
+			// The last request's answer waits for other calls' creates.
+			n := len(choices)
+			r := reqs[n-1]
+			if attempt >= maxAttempts {
+				// Addresses freed and taken again in flight, over and
+				// over: each time, the range was full but for them.
+				settled := ErrFull
+				if r.addr.IsValid() {
+					settled = ErrAllocated
+				}
+				return sourcesOf(choices).failedAt(n - 1), settled
+			}
+			if err := a.awaitInFlight(ctx, r); err != nil {
+				return sourcesOf(nil), err
+			}
+			continue
 		}
 		if n := len(choices); n == 0 || !choices[n-1].addr.IsValid() {
 			// The last request found nothing to choose: nothing to retry.
@@ -812,6 +839,9 @@ func (a *Allocator) chooseLocked(reqs []request, skip []netip.Addr, out []choice
 			c, err = a.chooseStaticLocked(r.addr)
 		} else {
 			err = a.chooseNextLocked(r.family, skip, &c)
+			if err == ErrFull && a.pendingOfLocked(r) {
+				err = errInFlight
+			}
 		}
 		out = append(out, c)
 		if err != nil {
@@ -828,6 +858,75 @@ func (a *Allocator) unpendLocked(cs []choice) {
 			a.pending = a.pending[:len(a.pending)-1]
 		}
 	}
+	if a.inFlightWait != nil {
+		close(a.inFlightWait)
+		a.inFlightWait = nil
+	}
+}
+
+// errInFlight is chooseLocked's answer when a request found no address, or
+// not its static one, only because of addresses chosen by other calls
+// whose creates are in flight. Those are not held yet, and a create may
+// fail: the answer (ErrFull, ErrAllocated) waits for their outcome
+// (awaitInFlight). It never reaches a caller.
+var errInFlight = errors.New("allocator: addresses in flight")
+
+// pendingOfLocked reports whether an address in flight bears on r: r's
+// own static address, or, for a dynamic r, any of its family.
+func (a *Allocator) pendingOfLocked(r request) bool {
+	for _, p := range a.pending {
+		if r.bearsOn(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// bearsOn reports whether the outcome of a create of addr may change the
+// answer to r (see pendingOfLocked).
+func (r request) bearsOn(addr netip.Addr) bool {
+	if r.addr.IsValid() {
+		return addr == r.addr
+	}
+	fam, _ := famOf(r.family)
+	return famIndex(addr) == fam
+}
+
+// awaitInFlight waits until none of the addresses in flight that bear on r
+// now is in flight any more, so that choosing again sees their outcome.
+// Each create in flight ends with its caller's context or the store's
+// answer, so the wait is bounded by those.
+func (a *Allocator) awaitInFlight(ctx context.Context, r request) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var waitFor []netip.Addr // a few: one per concurrent call at most
+	for _, p := range a.pending {
+		if r.bearsOn(p) {
+			waitFor = append(waitFor, p)
+		}
+	}
+	for slices.ContainsFunc(waitFor, func(p netip.Addr) bool { return slices.Contains(a.pending, p) }) {
+		if a.inFlightWait == nil {
+			a.inFlightWait = make(chan struct{})
+		}
+		ch := a.inFlightWait
+		a.inFlightWaiters++
+		a.mu.Unlock()
+		var err error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-a.closing:
+			err = ErrClosed
+		}
+		a.mu.Lock()
+		a.inFlightWaiters--
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // settle clears the pending marks and, for stores whose watch lags the
@@ -869,7 +968,7 @@ func (a *Allocator) chooseStaticLocked(addr netip.Addr) (choice, error) {
 		return choice{fence: fence}, ErrExcluded
 	}
 	if slices.Contains(a.pending, addr) {
-		return choice{fence: fence}, ErrAllocated
+		return choice{fence: fence}, errInFlight
 	}
 	return choice{addr: addr, x: x, fence: fence}, nil
 }

@@ -1775,19 +1775,35 @@ func TestObserverChargesARefusedStaticRequestToItsCIDR(t *testing.T) {
 	if _, err := a.Allocate(ctx, ip("10.0.0.10"), svc("x")); !errors.Is(err, allocator.ErrExcluded) {
 		t.Fatalf("excluded address: %v, want ErrExcluded", err)
 	}
-	var second error
-	h.beforeCreate = func() { _, second = a.Allocate(ctx, ip("10.0.0.5"), svc("second")) }
+	// A second request for the address while its create is in flight
+	// waits for the create's outcome, then is refused.
+	second := make(chan error, 1)
+	h.beforeCreate = func() {
+		go func() {
+			_, err := a.Allocate(ctx, ip("10.0.0.5"), svc("second"))
+			second <- err
+		}()
+		for hang := time.Now().Add(time.Minute); !allocator.WaitingForInFlight(a); time.Sleep(time.Millisecond) {
+			if time.Now().After(hang) {
+				t.Fatal("the second request does not wait for the create in flight")
+			}
+		}
+	}
 	if _, err := a.Allocate(ctx, ip("10.0.0.5"), svc("first")); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(second, allocator.ErrAllocated) {
-		t.Fatalf("a request for an address being created: %v, want ErrAllocated", second)
+	if err := <-second; !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("a request for an address being created: %v, want ErrAllocated", err)
 	}
 	var got []string
+	rec.mu.Lock()
 	for _, ev := range rec.events {
 		got = append(got, fmt.Sprintf("%q %s %v", ev.CIDR, ev.Scope, ev.Err != nil))
 	}
-	want := []string{`"c" static true`, `"c" static true`, `"c" static false`}
+	rec.mu.Unlock()
+	// The first and the second call end in either order.
+	slices.Sort(got)
+	want := []string{`"c" static false`, `"c" static true`, `"c" static true`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("events (cidr, scope, failed) = %q, want %q", got, want)
 	}

@@ -26,3 +26,11 @@ func SetSparseActiveFrom(a *Allocator, n int) {
 // goroutine of its own a little after each write, as an etcd watch is
 // (asyncStore).
 func AsyncWatch(st store.Store) store.Store { return asyncStore{st} }
+
+// WaitingForInFlight reports whether a call of a is waiting for creates
+// in flight in other calls to end (awaitInFlight).
+func WaitingForInFlight(a *Allocator) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inFlightWaiters > 0
+}
