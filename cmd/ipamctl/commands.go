@@ -607,6 +607,12 @@ func ipRelease(e *env) error {
 			printReleased(e, released, nil)
 			return err
 		}
+		if len(released) == 0 {
+			// Done, not failed: the owner holds no address, as asked.
+			// Said on stderr, so that the empty output is not taken for
+			// a release that printed nothing.
+			fmt.Fprintf(e.stderr, "ipamctl: %s holds no address: nothing released\n", e.in.parent)
+		}
 		return printReleased(e, released, nil)
 	}
 	// An address without a record stops none of the others: a list of

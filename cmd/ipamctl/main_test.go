@@ -423,6 +423,16 @@ func TestOwnerWideGetAndRelease(t *testing.T) {
 	if len(ips.Items) != 1 || ips.Items[0].Name != "10.0.0.5" {
 		t.Errorf("left: %+v", ips.Items)
 	}
+	// Released again, the owner holds none: done, and said so.
+	for _, out := range []string{"table", "json"} {
+		r := c.run("ip", "release", "--parent", "services/default/both", "-o", out)
+		if r.code != 0 || r.stderr != "ipamctl: services/default/both holds no address: nothing released\n" {
+			t.Errorf("-o %s, an owner holding none: exit %d, stderr %q", out, r.code, r.stderr)
+		}
+		if want := map[string]string{"table": "", "json": `{"released":[]}`}[out]; strings.Join(strings.Fields(r.stdout), "") != want {
+			t.Errorf("-o %s, an owner holding none: stdout %q, want %q", out, r.stdout, want)
+		}
+	}
 }
 
 func TestYAMLOutput(t *testing.T) {
