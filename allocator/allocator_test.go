@@ -1060,6 +1060,27 @@ func TestUsageCountsOverlappingCIDRsOnce(t *testing.T) {
 	}
 }
 
+// Validation allows one prefix per family, but a store may hold a CIDR
+// with two (written by hand, or by an older writer): the allocator serves
+// from both, and FamilyUsage counts both, as the per-CIDR Usage does.
+func TestFamilyUsageCountsEveryPrefixOfTheFamilyAStoredCIDRHolds(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "two", Prefixes: []netip.Prefix{pfx("10.0.0.0/30"), pfx("10.1.0.0/29")}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mustStatic(t, a, "10.1.0.3", "a")
+	fu := a.FamilyUsage(ipaddress.IPv4)
+	if fu.Size != cidrset.CountOf(2+6) || fu.Used != cidrset.CountOf(1) || fu.Free != cidrset.CountOf(7) {
+		t.Fatalf("FamilyUsage = %+v, want size 8, used 1, free 7", fu)
+	}
+}
+
 func TestDefaultCIDRIsCreatedAndMayOnlyBecomeDualStack(t *testing.T) {
 	ctx := context.Background()
 	a, _ := newAllocator(t, nil)

@@ -85,7 +85,12 @@ func (a *Allocator) FamilyUsage(f ipaddress.Family) Usage {
 		if c.Terminating {
 			continue
 		}
-		if p, ok := c.Prefix(f); ok {
+		// Every prefix of the family: validation allows one, but a CIDR
+		// a store holds with two is served from both (buildPoolsLocked).
+		for _, p := range c.Prefixes {
+			if famIndex(p.Addr()) != fam {
+				continue
+			}
 			if r, ok := cidrset.HostRange(p); ok {
 				b.AddRange(r)
 			}
