@@ -62,6 +62,10 @@ func startMemberOn(t *testing.T, name, ip string, tlsInfo *transport.TLSInfo) st
 	cfg := embed.NewConfig()
 	cfg.Name = name
 	cfg.Dir = t.TempDir()
+	// bcrypt's least cost (bcrypt.MinCost): each authentication hashes
+	// the password, which at the default cost takes seconds of a loaded
+	// machine's CPU under -race, past the tests' dial timeouts.
+	cfg.BcryptCost = 4
 	if tlsInfo != nil {
 		client.Scheme = "https"
 		cfg.ClientTLSInfo = *tlsInfo

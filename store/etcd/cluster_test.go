@@ -93,6 +93,10 @@ func (c *testCluster) config(m *testMember) *embed.Config {
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
 	cfg.Dir = m.dir
+	// bcrypt's least cost (bcrypt.MinCost): each authentication hashes
+	// the password, which at the default cost takes seconds of a loaded
+	// machine's CPU under -race, past the tests' dial timeouts.
+	cfg.BcryptCost = 4
 	cfg.ListenClientUrls = []url.URL{m.client}
 	cfg.AdvertiseClientUrls = []url.URL{m.client}
 	cfg.ListenPeerUrls = []url.URL{m.peer}

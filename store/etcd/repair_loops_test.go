@@ -50,14 +50,21 @@ func TestTwoRepairLoopsAndLiveConsumersLeaveEveryConsumerAddressRecorded(t *test
 	r := newTwoClients(t, "/two-repairs", "10.2.0.0/26")
 	g := &consumerRegistry{held: map[ipaddress.ParentRef][]string{}}
 	// Consumers with damage: every third has lost its record, every third
-	// has its record under a ghost owner.
-	for i := range 30 {
+	// has its record under a ghost owner. The damage comes once all hold
+	// their addresses: an address whose record was lost is free, and a
+	// later consumer given it too would make the consumers' truth name it
+	// twice, which repair reports and leaves as it is (SPEC §6).
+	recs := make([]ipaddress.IPAddress, 30)
+	for i := range recs {
 		ref := svc(fmt.Sprintf("s%d", i))
 		rec, err := r.a[i%2].AllocateNext(r.ctx, ipaddress.IPv4, ref)
 		if err != nil {
 			t.Fatal(err)
 		}
 		g.held[ref] = []string{rec.Addr.String()}
+		recs[i] = rec
+	}
+	for i, rec := range recs {
 		switch i % 3 {
 		case 1:
 			if _, _, err := r.st[0].DeleteAddress(r.ctx, rec.Addr); err != nil {
