@@ -477,7 +477,10 @@ func TestAllocatorBehavesAlikeOverEveryStore(t *testing.T) {
 	names := append(slices.Concat(agreeNames, agreeNames, agreeNames), "", "Bad", "x/y")
 	families := []ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6, ipaddress.IPv4, ipaddress.IPv6, 0}
 	rapid.Check(t, func(rt *rapid.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A bound for a hang, not a speed: a hundred steps over two etcds
+		// take seconds, and on a loaded machine under -race several times
+		// more.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		bs := newAgreeBackends(t, ctx, etcds)
 		defer func() {
