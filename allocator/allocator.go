@@ -906,23 +906,7 @@ func (a *Allocator) awaitInFlight(ctx context.Context, r request) error {
 		}
 	}
 	for slices.ContainsFunc(waitFor, func(p netip.Addr) bool { return slices.Contains(a.pending, p) }) {
-		if a.inFlightWait == nil {
-			a.inFlightWait = make(chan struct{})
-		}
-		ch := a.inFlightWait
-		a.inFlightWaiters++
-		a.mu.Unlock()
-		var err error
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-a.closing:
-			err = ErrClosed
-		}
-		a.mu.Lock()
-		a.inFlightWaiters--
-		if err != nil {
+		if err := a.waitLocked(ctx, &a.inFlightWait, &a.inFlightWaiters); err != nil {
 			return err
 		}
 	}

@@ -38,7 +38,11 @@ func (h *heldCreateStore) CreateAddresses(ctx context.Context, recs []ipaddress.
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		<-h.release
+		select {
+		case <-h.release:
+		case <-ctx.Done(): // a test that failed first
+			return nil, ctx.Err()
+		}
 	}
 	return h.Store.CreateAddresses(ctx, recs, fences...)
 }

@@ -430,30 +430,38 @@ func (a *Allocator) WaitRevision(ctx context.Context, rev int64) error {
 		return err
 	}
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	for a.rev < rev {
-		if a.revWait == nil {
-			a.revWait = make(chan struct{})
-		}
-		ch := a.revWait
-		a.waiters++
-		a.mu.Unlock()
-		var err error
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-a.closing:
-			err = ErrClosed
-		}
-		a.mu.Lock()
-		a.waiters--
-		if err != nil {
-			a.mu.Unlock()
+		if err := a.waitLocked(ctx, &a.revWait, &a.waiters); err != nil {
 			return err
 		}
 	}
-	a.mu.Unlock()
 	return nil
+}
+
+// waitLocked waits until the channel at *ch is closed, by whoever changes
+// what the caller waits for, or ctx ends, or the allocator closes. mu is
+// held on entry and on return, and released while waiting. *waiters
+// counts the calls waiting, for a changer that closes *ch only when one
+// does; the channel is made here, when none is there to wait on.
+func (a *Allocator) waitLocked(ctx context.Context, ch *chan struct{}, waiters *int) error {
+	if *ch == nil {
+		*ch = make(chan struct{})
+	}
+	c := *ch
+	*waiters++
+	a.mu.Unlock()
+	var err error
+	select {
+	case <-c:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-a.closing:
+		err = ErrClosed
+	}
+	a.mu.Lock()
+	*waiters--
+	return err
 }
 
 // refreshCIDR follows the CIDR of a fence that failed, so that an
