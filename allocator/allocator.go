@@ -274,7 +274,9 @@ func famOf(f ipaddress.Family) (int, bool) {
 }
 
 // New returns an allocator over st, in sync with it. It watches st until
-// Close. A nil st is ErrInvalid; a nil Option is ignored.
+// Close. Before it returns, it decides the Terminating CIDRs st holds, and
+// removes those no address holds any more (over a writable store). A nil
+// st is ErrInvalid; a nil Option is ignored.
 func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error) {
 	if st == nil {
 		return nil, &ipaddress.FieldError{Field: "store", Required: true}
@@ -348,6 +350,12 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 		}
 		return nil, err
 	}
+	// The Terminating CIDRs of the snapshot are decided now, not only in
+	// the background: one that nothing blocks any more (its removal
+	// decided by a process that stopped before making it) would outlive a
+	// short-lived process (ipamctl) that started the check and exited. A
+	// check that fails is left to the background reconciler.
+	a.recheckNow(ctx)
 	go a.reconcileLoop(wctx)
 	return a, nil
 }

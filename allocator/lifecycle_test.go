@@ -242,6 +242,51 @@ func TestARemovalAReadOnlyStoreRefusesIsNotRetried(t *testing.T) {
 	}
 }
 
+// SPEC §4: a Terminating CIDR is removed when no address would be
+// orphaned. One left Terminating with nothing in it (its removal decided
+// by a process that stopped before writing it) is removed by the next
+// allocator to start, before New returns, so that a short-lived one
+// (ipamctl) does not exit first; one an address still holds stays. Over
+// a store.Locked store and over one without it.
+func TestSpec4NewRemovesATerminatingCIDRNothingHolds(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
+			ctx := context.Background()
+			mem := memory.New()
+			for _, name := range []string{"empty", "held"} {
+				c, err := mem.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{netip.MustParsePrefix(map[string]string{"empty": "10.0.0.0/24", "held": "10.1.0.0/24"}[name])}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if name == "held" {
+					if _, err := mem.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.1.0.7"), Parent: svc("x")}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.Terminating = true
+				if _, err := mem.UpdateCIDR(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var st store.Store = mem
+			if remote {
+				st = unlockedStore{mem}
+			}
+			a, err := allocator.New(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if c, err := mem.GetCIDR(ctx, "empty"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the Terminating CIDR nothing holds, once New returned: %+v, %v; want it removed", c, err)
+			}
+			if c, err := mem.GetCIDR(ctx, "held"); err != nil || !c.Terminating {
+				t.Errorf("the Terminating CIDR an address holds: %+v, %v; want it kept, Terminating", c, err)
+			}
+		})
+	}
+}
+
 // hookedDelete is a store whose first DeleteCIDR of the CIDR named name
 // runs then before it is carried out, as if every write of then had come
 // between the removal's decision and its write. Later callers wait for

@@ -385,34 +385,45 @@ func (a *Allocator) reconcileLoop(ctx context.Context) {
 		case <-a.kick:
 		case <-retry.C:
 		}
-		a.mu.Lock()
-		names := slices.Sorted(maps.Keys(a.recheck))
-		clear(a.recheck)
-		a.mu.Unlock()
-		failed := false
-		for _, name := range names {
-			_, err := a.reconcile(ctx, name)
-			switch {
-			case err == nil, ctx.Err() != nil:
-			case errors.Is(err, store.ErrReadOnly):
-				// No retry can write it: the CIDR is left to a writer,
-				// which will find it removable too.
-				a.cfg.logger.Info("terminating CIDR left to a writer: the store is read-only", "cidr", name)
-			default:
-				a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
-				a.mu.Lock()
-				a.recheck[name] = struct{}{}
-				a.mu.Unlock()
-				failed = true
-			}
-		}
+		checked, failed := a.recheckNow(ctx)
 		if failed {
 			backoff = min(max(2*backoff, recheckBackoffMin), recheckBackoffMax)
 			retry.Reset(backoff)
-		} else if len(names) > 0 {
+		} else if checked > 0 {
 			backoff = 0
 		}
 	}
+}
+
+// recheckNow checks the Terminating CIDRs recheck names, taking them out
+// of it, and returns how many it checked and whether a check failed. A
+// CIDR whose check failed, or was cut short by ctx, is named again, for
+// a later try; one a read-only store cannot remove is not.
+func (a *Allocator) recheckNow(ctx context.Context) (checked int, failed bool) {
+	a.mu.Lock()
+	names := slices.Sorted(maps.Keys(a.recheck))
+	clear(a.recheck)
+	a.mu.Unlock()
+	for _, name := range names {
+		_, err := a.reconcile(ctx, name)
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil:
+		case errors.Is(err, store.ErrReadOnly):
+			// No retry can write it: the CIDR is left to a writer,
+			// which will find it removable too.
+			a.cfg.logger.Info("terminating CIDR left to a writer: the store is read-only", "cidr", name)
+			continue
+		default:
+			a.cfg.logger.Warn("reconciling terminating CIDR", "cidr", name, "err", err)
+			failed = true
+		}
+		a.mu.Lock()
+		a.recheck[name] = struct{}{}
+		a.mu.Unlock()
+	}
+	return len(names), failed
 }
 
 // The backoff of a failed re-check doubles from recheckBackoffMin up to
