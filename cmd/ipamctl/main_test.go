@@ -1348,3 +1348,40 @@ func TestWalkthroughRenumbering(t *testing.T) {
 		t.Errorf("ip get: %+v, want the 3 services", all.Items)
 	}
 }
+
+// A CIDR left Terminating with nothing in it (a cidr delete killed between
+// its mark and its removal) goes with the next command that may write,
+// which decides it before it exits; a command that only reads (cidr get,
+// opening the file read-only) shows it as it is.
+func TestAStrandedTerminatingCIDRGoesWithTheNextCommandThatWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ipam.db")
+	st, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []cidrset.CIDR{
+		{Name: "kept", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.8.0.0/24")}},
+		{Name: "stranded", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/24")}},
+	} {
+		c, err := st.CreateCIDR(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Name == "stranded" {
+			c.Terminating = true
+			if _, err := st.UpdateCIDR(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st.Close()
+	c := &cli{t: t, store: []string{"--db", path}}
+	if out := c.ok("cidr", "get"); !strings.Contains(out, "stranded") {
+		t.Fatalf("cidr get, which only reads, no longer lists the stranded CIDR:\n%s", out)
+	}
+	// A command that writes nothing in the end still may: releasing an
+	// address without a record, exit 3.
+	c.fail(exitNotFound, "not found", "ip", "release", "10.8.0.9")
+	wantCIDRList(t, c.ok("cidr", "get"), map[string][2]string{"kept": {"10.8.0.0/24", "Ready"}})
+}
