@@ -253,12 +253,15 @@ func TestSpec4NewRemovesATerminatingCIDRNothingHolds(t *testing.T) {
 		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
 			ctx := context.Background()
 			mem := memory.New()
-			for _, name := range []string{"empty", "held"} {
-				c, err := mem.CreateCIDR(ctx, cidrset.CIDR{Name: name, Prefixes: []netip.Prefix{netip.MustParsePrefix(map[string]string{"empty": "10.0.0.0/24", "held": "10.1.0.0/24"}[name])}})
+			for _, c := range []cidrset.CIDR{
+				{Name: "empty", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}},
+				{Name: "held", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}},
+			} {
+				c, err := mem.CreateCIDR(ctx, c)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if name == "held" {
+				if c.Name == "held" {
 					if _, err := mem.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: netip.MustParseAddr("10.1.0.7"), Parent: svc("x")}}); err != nil {
 						t.Fatal(err)
 					}
