@@ -40,17 +40,25 @@ type env struct {
 	reg *prometheus.Registry
 }
 
-func newEnv(t *testing.T, opts ...metrics.Option) *env {
+// trackedBy returns an allocator over st that m observes and tracks,
+// closed with the test.
+func trackedBy(t *testing.T, ctx context.Context, st store.Store, m *metrics.Metrics, opts ...allocator.Option) *allocator.Allocator {
 	t.Helper()
-	ctx := context.Background()
-	st := &countingStore{Store: memory.New()}
-	m := metrics.New(opts...)
-	a, err := allocator.New(ctx, st, allocator.WithObserver(m), allocator.WithStrategy(allocator.Sequential()))
+	a, err := allocator.New(ctx, st, append([]allocator.Option{allocator.WithObserver(m)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	m.Track(a)
+	return a
+}
+
+func newEnv(t *testing.T, opts ...metrics.Option) *env {
+	t.Helper()
+	ctx := context.Background()
+	st := &countingStore{Store: memory.New()}
+	m := metrics.New(opts...)
+	a := trackedBy(t, ctx, st, m, allocator.WithStrategy(allocator.Sequential()))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
 	return &env{ctx: ctx, st: st, a: a, m: m, reg: reg}

@@ -28,12 +28,7 @@ func newSharers(t *testing.T, ctx context.Context, n int) []sharer {
 	var out []sharer
 	for range n {
 		m := metrics.New()
-		a, err := allocator.New(ctx, st, allocator.WithObserver(m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
-		m.Track(a)
+		a := trackedBy(t, ctx, st, m)
 		reg := prometheus.NewPedanticRegistry()
 		reg.MustRegister(m)
 		out = append(out, sharer{a, reg})
@@ -196,12 +191,7 @@ func TestTwoAllocatorsMetricsInOneRegistry(t *testing.T) {
 	var as []*allocator.Allocator
 	for _, name := range []string{"one", "two"} {
 		m := metrics.New(metrics.WithConstLabels(prometheus.Labels{"component": name}))
-		a, err := allocator.New(ctx, st, allocator.WithObserver(m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
-		m.Track(a)
+		a := trackedBy(t, ctx, st, m)
 		if err := reg.Register(m); err != nil {
 			t.Fatalf("registering the metrics of %s: %v", name, err)
 		}
