@@ -4,7 +4,15 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/ipaddress"
@@ -57,5 +65,61 @@ func TestABatchPastMaxBatchIsRefusedWithATypedError(t *testing.T) {
 	}
 	if _, err := s.CreateAddresses(ctx, recs[:MaxBatch], fences[:MaxBatch]...); err != nil {
 		t.Fatalf("CreateAddresses of MaxBatch records and as many fences: %v", err)
+	}
+}
+
+// batchTooLarge fails the test unless err is CreateAddresses' refusal of a
+// batch of n records as too large for one transaction: an
+// *ipaddress.FieldError for "records", matching ipaddress.ErrInvalid.
+func batchTooLarge(t *testing.T, what string, err error, n int) {
+	t.Helper()
+	var fe *ipaddress.FieldError
+	if !errors.As(err, &fe) || fe.Field != "records" || fe.Value != strconv.Itoa(n) || !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Errorf("%s: %v, want an *ipaddress.FieldError for records, value %d, matching ipaddress.ErrInvalid", what, err, n)
+	}
+}
+
+// A batch whose records each fit etcd's defaults but together pass its
+// request limit is refused, typed, with nothing written; split, it goes in.
+func TestABatchOfLongOwnersPastEtcdsRequestLimitIsInvalidAndWritesNothing(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	c := startCluster(t, 1)
+	s, err := New(c.newClient(t), WithPrefix("/long-owners"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	longest := svc("")
+	longest.Name = strings.Repeat("n", store.MaxOwnerLen-len(longest.Resource)-len(longest.Namespace))
+	if err := store.CheckOwner(longest); err != nil {
+		t.Fatalf("the test's owner: %v", err)
+	}
+	recs := make([]ipaddress.IPAddress, MaxBatch)
+	for i := range recs {
+		recs[i] = ipaddress.IPAddress{Addr: v4(i + 1), Parent: longest}
+	}
+	_, err = s.CreateAddresses(ctx, slices.Clone(recs))
+	t.Logf("%d records of %d-byte owners: %v", len(recs), store.MaxOwnerLen, err)
+	batchTooLarge(t, "a batch of the longest owners", err, MaxBatch)
+	if !errors.Is(err, rpctypes.ErrRequestTooLarge) && status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("%v: want etcd's or gRPC's refusal as the cause", err)
+	}
+	if errors.Is(err, store.ErrOutcomeUnknown) {
+		t.Errorf("%v: a refusal before proposing is not ErrOutcomeUnknown", err)
+	}
+	for _, r := range recs {
+		if _, err := s.GetAddress(ctx, r.Addr); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s after the refused batch: %v, want ErrNotFound", r.Addr, err)
+		}
+	}
+	for _, half := range [][]ipaddress.IPAddress{recs[:MaxBatch/2], recs[MaxBatch/2:]} {
+		if _, err := s.CreateAddresses(ctx, slices.Clone(half)); err != nil {
+			t.Fatalf("half the batch: %v", err)
+		}
+	}
+	for _, r := range recs {
+		if got, err := s.GetAddress(ctx, r.Addr); err != nil || got.Parent != longest {
+			t.Fatalf("%s after the halves: owner of %d bytes, %v", r.Addr, len(got.Parent.Name), err)
+		}
 	}
 }

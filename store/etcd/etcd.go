@@ -232,7 +232,10 @@ const DefaultPrefix = "/netipam"
 // takes a compare and a put, and etcd allows 128 of either per transaction
 // by default, fences included. A larger batch, or one whose records and
 // fences together pass 128, is refused with an *ipaddress.FieldError
-// (ipaddress.ErrInvalid), and nothing is sent.
+// (ipaddress.ErrInvalid), and nothing is sent. So is a batch that etcd (or
+// gRPC) refuses as more operations or bytes than one transaction may hold:
+// 64 records whose owners are near store.MaxOwnerLen pass etcd's default
+// MaxRequestBytes (1.5 MiB). That error also matches etcd's own.
 const MaxBatch = 64
 
 // maxTxnOps is etcd's default limit of compares (and of puts) in one
@@ -496,15 +499,31 @@ func notApplied(err error) bool {
 	// The client's token refresh after such a refusal failed.
 	case errors.Is(err, rpctypes.ErrAuthFailed):
 		return true
-	// gRPC's own size limits: the client's (MaxCallSendMsgSize) refuses
-	// the message before sending it, the server's before reading it. Not
-	// every ResourceExhausted: etcd's "database space exceeded" is one.
-	case status.Code(err) == codes.ResourceExhausted:
-		msg := status.Convert(err).Message()
-		return strings.Contains(msg, "trying to send message larger than max") ||
-			strings.Contains(msg, "received message larger than max")
+	case pastGRPCSizeLimit(err):
+		return true
 	}
 	return false
+}
+
+// pastGRPCSizeLimit reports whether err is a refusal by one of gRPC's own
+// size limits: the client's (MaxCallSendMsgSize), before sending the
+// message, or the server's, before reading it. Not every
+// ResourceExhausted: etcd's "database space exceeded" is one.
+func pastGRPCSizeLimit(err error) bool {
+	if status.Code(err) != codes.ResourceExhausted {
+		return false
+	}
+	msg := status.Convert(err).Message()
+	return strings.Contains(msg, "trying to send message larger than max") ||
+		strings.Contains(msg, "received message larger than max")
+}
+
+// tooLargeForOneTxn reports whether err is etcd's or gRPC's refusal of a
+// transaction for its size: more operations (MaxTxnOps) or bytes
+// (MaxRequestBytes, gRPC's message limits) than they take in one. Each is
+// a notApplied refusal.
+func tooLargeForOneTxn(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) || pastGRPCSizeLimit(err)
 }
 
 // CreateCIDR implements store.Store.
@@ -854,6 +873,12 @@ func (s *Store) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress,
 		// create, through the raft log and the WAL, and are rarely needed.
 		resp, err := s.cli.Txn(wctx).If(cmps...).Then(puts...).Commit()
 		if err != nil {
+			if tooLargeForOneTxn(err) {
+				// The batch is the caller's to split: its records are valid
+				// one by one (each fits etcd's defaults), not together.
+				err = fmt.Errorf("%w: %w", &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: "more than this etcd takes in one transaction"}, err)
+				return nil, s.wrap("create addresses", err)
+			}
 			if notApplied(err) {
 				return nil, s.wrap("create addresses", err)
 			}

@@ -298,8 +298,10 @@ func TestARefusedWriteIsNotOutcomeUnknown(t *testing.T) {
 		}
 		_, err = s.CreateAddresses(ctx, recs)
 		refused(t, s, s, "a create of 5 puts, 4 allowed", rpctypes.ErrTooManyOps, err, v4(1))
+		batchTooLarge(t, "a create of 5 puts, 4 allowed", err, 5)
 		_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: v4(9), Parent: svc(strings.Repeat("x", 8192))}})
 		refused(t, s, s, "a create of 8 KiB, 4 KiB allowed", rpctypes.ErrRequestTooLarge, err, v4(9))
+		batchTooLarge(t, "a create of 8 KiB, 4 KiB allowed", err, 1)
 		// The same store writes what etcd takes.
 		mustCreate(t, ctx, s, v4(10))
 	})
@@ -324,6 +326,7 @@ func TestARefusedWriteIsNotOutcomeUnknown(t *testing.T) {
 			t.Fatalf("a create of 8 KiB past a 4 KiB send limit: %v, want gRPC's ResourceExhausted", err)
 		}
 		refused(t, s, s, "a create of 8 KiB past a 4 KiB send limit", err, err, v4(9))
+		batchTooLarge(t, "a create of 8 KiB past a 4 KiB send limit", err, 1)
 		mustCreate(t, ctx, s, v4(10))
 	})
 
