@@ -746,6 +746,9 @@ func joinRefs(refs []ipaddress.ParentRef) string {
 // Static is a fixed set of consumers: List returns them and Exists tells
 // whether a ref is among them. For tools (ipamctl's --consumers file) and
 // tests: every record whose parent is not in the set counts as leaked.
+// It shares no memory with its callers: NewStatic copies the consumers it
+// is given, addresses included, and List returns a copy, so that changing
+// either changes no set.
 type Static struct {
 	consumers []Consumer
 	refs      map[ipaddress.ParentRef]bool
@@ -753,7 +756,7 @@ type Static struct {
 
 // NewStatic returns the consumers cs as a Consumers.
 func NewStatic(cs ...Consumer) *Static {
-	s := &Static{consumers: slices.Clone(cs), refs: map[ipaddress.ParentRef]bool{}}
+	s := &Static{consumers: cloneConsumers(cs), refs: map[ipaddress.ParentRef]bool{}}
 	for _, c := range cs {
 		s.refs[c.Ref] = true
 	}
@@ -761,7 +764,16 @@ func NewStatic(cs ...Consumer) *Static {
 }
 
 // List implements Consumers.
-func (s *Static) List(context.Context) ([]Consumer, error) { return slices.Clone(s.consumers), nil }
+func (s *Static) List(context.Context) ([]Consumer, error) { return cloneConsumers(s.consumers), nil }
+
+// cloneConsumers returns a copy of cs whose Addrs are copies too.
+func cloneConsumers(cs []Consumer) []Consumer {
+	out := slices.Clone(cs)
+	for i := range out {
+		out[i].Addrs = slices.Clone(out[i].Addrs)
+	}
+	return out
+}
 
 // Exists implements Consumers.
 func (s *Static) Exists(_ context.Context, ref ipaddress.ParentRef) (bool, error) {
