@@ -185,9 +185,18 @@ type cleanup struct {
 // for errors), and the pass goes on. Records the store cannot decode (a
 // listing's *store.SkippedError) are such problems: each named one is a
 // Failed event, the pass checks every other record.
+//
+// A Repairer without an Allocator or Consumers makes no pass: the error is
+// an *ipaddress.FieldError naming the field (it matches
+// ipaddress.ErrInvalid). Nor does one whose Allocator is closed (the zero
+// Allocator too), whose CIDRs no longer follow the store: the error
+// matches allocator.ErrClosed.
 func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
-	if r.Allocator == nil || r.Consumers == nil {
-		return Report{}, errors.New("repair: Allocator and Consumers are required")
+	switch {
+	case r.Allocator == nil:
+		return Report{}, &ipaddress.FieldError{Field: "Allocator", Required: true, Detail: "a Repairer needs an allocator to read and repair records"}
+	case r.Consumers == nil:
+		return Report{}, &ipaddress.FieldError{Field: "Consumers", Required: true, Detail: "a Repairer needs the consumers to reconcile records with"}
 	}
 	p := &pass{
 		r:          r,
@@ -209,6 +218,11 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 	p.report.DryRun = r.DryRun
 	if r.Observer != nil && !r.DryRun {
 		defer func() { r.Observer.RepairDone(rep, err) }()
+	}
+	// Fails with ErrClosed once the allocator is closed, whatever the
+	// revision: its index, which the pass reads the CIDRs from, is stale.
+	if err := r.Allocator.WaitRevision(ctx, 0); err != nil {
+		return p.report, fmt.Errorf("repair: %w", err)
 	}
 	// Records first, consumers second: an address allocated and handed to
 	// its consumer between the two listings is then seen as held by a
