@@ -79,15 +79,11 @@ type config struct {
 type Admission func(ctx context.Context, old *cidrset.CIDR, c cidrset.CIDR) error
 
 // WithAdmission adds admission checks, run in order on every CIDR create
-// and update. A nil check is left out.
+// and update. A nil check is left out. The checks are those given when it
+// is called: changing the caller's slice after changes no Option.
 func WithAdmission(checks ...Admission) Option {
-	return func(c *config) {
-		for _, check := range checks {
-			if check != nil {
-				c.admit = append(c.admit, check)
-			}
-		}
-	}
+	checks = slices.DeleteFunc(slices.Clone(checks), func(check Admission) bool { return check == nil })
+	return func(c *config) { c.admit = append(c.admit, checks...) }
 }
 
 // WithStrategy sets the dynamic strategy (default RandomStart(nil), also
@@ -102,8 +98,10 @@ func WithPolicy(p Policy) Option { return func(c *config) { c.policy = p } }
 // dynamic (for example addresses used outside the allocator's control).
 // New refuses an invalid range, and one of IPv4-mapped addresses
 // (ErrInvalid): those are always excluded, and such a range is more likely
-// meant as the IPv4 range it spells.
+// meant as the IPv4 range it spells. The ranges are those given when it is
+// called: changing the caller's slice after changes no Option.
 func WithExcluded(ranges ...netipx.IPRange) Option {
+	ranges = slices.Clone(ranges)
 	return func(c *config) { c.excluded = append(c.excluded, ranges...) }
 }
 
