@@ -77,10 +77,12 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 	}
 	var d Decision
 	relied := map[string]int64{}
-	// In address order, IPv4 first whatever the CIDR's own order, so that
-	// Blocking ascends, and a cut one keeps the lowest addresses.
-	prefixes := slices.SortedFunc(slices.Values(target.Prefixes), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-	for _, p := range prefixes {
+	// The gaps of every prefix together, in address order (IPv4 first),
+	// so that Blocking ascends, a cut one keeps the lowest addresses, and
+	// prefixes of one family that overlap (which a store may hold) list
+	// an address once.
+	var all netipx.IPSetBuilder
+	for _, p := range target.Prefixes {
 		host, ok := cidrset.HostRange(p)
 		if !ok {
 			continue
@@ -100,10 +102,12 @@ func Decide(target cidrset.CIDR, others []cidrset.CIDR, used func(netipx.IPRange
 			}
 		}
 		set, _ := gaps.IPSet()
-		var seen bool
-		if d.Blocking, seen = appendUsed(d.Blocking, set.Ranges(), used); !seen {
-			return Decision{Unknown: true}
-		}
+		all.AddSet(set)
+	}
+	set, _ := all.IPSet()
+	var seen bool
+	if d.Blocking, seen = appendUsed(d.Blocking, set.Ranges(), used); !seen {
+		return Decision{Unknown: true}
 	}
 	if len(d.Blocking) > MaxBlocking {
 		d.Blocking, d.More = d.Blocking[:MaxBlocking], true
