@@ -11,16 +11,26 @@ import (
 
 // DryRun answers what an operation would do, writing nothing. Answers are
 // as of the allocator's current index: a later real call may differ if the
-// store changes in between.
+// store changes in between. The zero value is the dry run of a closed
+// allocator: every method fails with ErrClosed.
 type DryRun struct{ a *Allocator }
 
 // DryRun returns the dry-run view of a.
 func (a *Allocator) DryRun() DryRun { return DryRun{a} }
 
+// checkOpen returns ErrClosed for the zero DryRun, and once its allocator
+// was closed.
+func (d DryRun) checkOpen() error {
+	if d.a == nil {
+		return ErrClosed
+	}
+	return d.a.checkOpen()
+}
+
 // AllocateNext returns the address AllocateNext would choose now. With a
 // random strategy the real call may choose another.
 func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (netip.Addr, error) {
-	if err := d.a.checkOpen(); err != nil {
+	if err := d.checkOpen(); err != nil {
 		return netip.Addr{}, err
 	}
 	var out results
@@ -30,7 +40,7 @@ func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipad
 
 // Allocate reports whether Allocate(addr, owner) would succeed now.
 func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) error {
-	if err := d.a.checkOpen(); err != nil {
+	if err := d.checkOpen(); err != nil {
 		return err
 	}
 	if err := ipaddress.ValidateAddr(addr); err != nil {
@@ -50,7 +60,7 @@ func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.P
 
 // CreateCIDR validates a CIDR as CreateCIDR would.
 func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) error {
-	if err := d.a.checkOpen(); err != nil {
+	if err := d.checkOpen(); err != nil {
 		return err
 	}
 	c := cidrset.CIDR{Name: name, Prefixes: prefixes}
@@ -71,7 +81,7 @@ func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.P
 // DeleteCIDR tells whether deleting the CIDR now would remove it at once,
 // and if not which addresses would hold it.
 func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision, error) {
-	if err := d.a.checkOpen(); err != nil {
+	if err := d.checkOpen(); err != nil {
 		return finalizer.Decision{}, err
 	}
 	c, err := d.a.st.GetCIDR(ctx, name)
