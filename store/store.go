@@ -478,7 +478,12 @@ type Event struct {
 
 // Watcher receives a store's state. Calls are never concurrent and come in
 // revision order. Apply may be called while the store holds internal locks:
-// it must return quickly and must not call the store.
+// it must return quickly and must not call the store. Neither Reset nor
+// Apply may modify what it is given (a CIDR's Prefixes, a snapshot's
+// slices): a store gives the same values to all its watchers, and one that
+// sorted a CIDR's prefixes in place would change what the next one (an
+// allocator's index, say) reads. A watcher that needs to change them
+// changes a copy (cidrset.CIDR.Clone).
 type Watcher interface {
 	Reset(s Snapshot)
 	Apply(e Event)
