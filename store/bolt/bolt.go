@@ -62,7 +62,9 @@
 // (so an allocator does not start on the file). A file damaged
 // below the records, which bbolt panics on (a bad page) or which faults
 // when read (a truncated file), gives a *CorruptError too, with no bucket;
-// the store that read it is best closed.
+// the store that read it is best closed. So does Open, for a file bbolt
+// cannot open as a database at all: one of another kind, one too short for
+// its two meta pages, or one whose meta pages are both damaged.
 //
 // Created times are kept to the nanosecond between the years 1678 and 2262.
 package bolt
@@ -164,7 +166,9 @@ var _ store.Store = (*Store)(nil)
 
 // Open opens the store in the file at path, creating it if missing. The
 // file stays locked until Close; if another process holds it, Open waits up
-// to the lock timeout and then returns a *LockedError (ErrLocked).
+// to the lock timeout and then returns a *LockedError (ErrLocked). A file
+// bbolt cannot read (not a bbolt file, or damaged) is a *CorruptError
+// (store.ErrCorrupt); a bbolt file of another program's, ErrNotAStore.
 func Open(path string, opts ...Option) (*Store, error) {
 	return OpenContext(context.Background(), path, opts...)
 }
@@ -215,6 +219,10 @@ func OpenContext(ctx context.Context, path string, opts ...Option) (*Store, erro
 				_ = file.Close()
 			}
 			return nil, err
+		}
+		if unreadable(err) {
+			// bbolt closed the file: no lock is left.
+			return nil, &CorruptError{Err: fmt.Errorf("%s: not a bbolt file, or a damaged one (%w); \"bbolt check %s\" tells more", path, err, path)}
 		}
 		if !errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("bolt: open %s: %w", path, err)

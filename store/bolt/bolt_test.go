@@ -396,8 +396,11 @@ func TestOpenRefusesOtherFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := bolt.Open(path); err == nil || !strings.Contains(err.Error(), "not a netipam store") {
-		t.Fatalf("Open of a foreign bbolt file: %v", err)
+	if _, err := bolt.Open(path); !errors.Is(err, bolt.ErrNotAStore) {
+		t.Fatalf("Open of a foreign bbolt file: %v, want ErrNotAStore", err)
+	}
+	if _, err := bolt.Open(path, bolt.WithReadOnly()); !errors.Is(err, bolt.ErrNotAStore) {
+		t.Fatalf("read-only Open of a foreign bbolt file: %v, want ErrNotAStore", err)
 	}
 }
 

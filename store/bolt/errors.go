@@ -21,7 +21,9 @@ import (
 var ErrLocked = errors.New("file is locked by another process")
 
 // ErrNotAStore means a file opened WithReadOnly is not a netipam store
-// yet (an empty file, say), which a read-only Open does not make it.
+// yet (an empty file, say), which a read-only Open does not make it; or,
+// opened either way, that the file is a bbolt database of another program's
+// (its buckets are not this package's), which Open leaves alone.
 var ErrNotAStore = errors.New("not a netipam store")
 
 // ErrReadOnly is the error of a write to a store opened WithReadOnly:
@@ -154,6 +156,15 @@ func pkgPath(fn string) string {
 		return fn[:slash+1+dot]
 	}
 	return fn
+}
+
+// unreadable reports whether err, from bbolt.Open, says the file is no
+// database bbolt can read: neither meta page is valid (a file of another
+// kind, or both damaged), or it is too short to hold them. bbolt formats
+// the last with no error to match, hence the test of the text.
+func unreadable(err error) bool {
+	return errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) ||
+		errors.Is(err, berrors.ErrVersionMismatch) || strings.HasPrefix(err.Error(), "file size too small")
 }
 
 // isNoSpace reports whether err says the file may not or cannot grow:
