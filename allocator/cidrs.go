@@ -39,7 +39,9 @@ func (a *Allocator) GetCIDR(name string) (cidrset.CIDR, error) {
 	return c.Clone(), nil
 }
 
-// NotFoundError names what was not found. It matches ErrNotFound.
+// NotFoundError names what was not found. It matches ErrNotFound. Every
+// call that names a CIDR (GetCIDR, Usage, UpdateCIDR, DeleteCIDR and the
+// dry run's) returns one for a CIDR that does not exist.
 type NotFoundError struct{ Kind, Name string }
 
 // Error reads "KIND NAME not found".
@@ -49,6 +51,23 @@ func (e *NotFoundError) Error() string { return e.Kind + " " + e.Name + " not fo
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+// cidrError is err, the store's answer to a call on the CIDR named name,
+// with a missing CIDR made a *NotFoundError and a taken name an
+// *ExistsError, as GetCIDR, Usage and the dry run give them: one type
+// whichever call finds it. An answer that may not hold (ErrOutcomeUnknown)
+// is returned as is.
+func cidrError(name string, err error) error {
+	switch {
+	case err == nil, errors.Is(err, store.ErrOutcomeUnknown):
+		return err
+	case isNotFound(err):
+		return &NotFoundError{Kind: "CIDR", Name: name}
+	case errors.Is(err, store.ErrExists):
+		return &ExistsError{Kind: "CIDR", Name: name}
+	}
+	return err
+}
 
 // CreateCIDR creates a CIDR serving prefixes (one, or one per family). It
 // may overlap, or equal, existing CIDRs: addresses stay unique across all.
@@ -71,7 +90,7 @@ func (a *Allocator) CreateCIDR(ctx context.Context, name string, prefixes ...net
 	}
 	created, err := a.st.CreateCIDR(ctx, c)
 	if err != nil {
-		return cidrset.CIDR{}, err
+		return cidrset.CIDR{}, cidrError(name, err)
 	}
 	a.cfg.logger.Info("CIDR created", "cidr", name, "prefixes", prefixes)
 	return created, a.settleWrite(ctx, created)
@@ -112,7 +131,7 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 	for {
 		old, err := a.st.GetCIDR(ctx, name)
 		if err != nil {
-			return cidrset.CIDR{}, err
+			return cidrset.CIDR{}, cidrError(name, err)
 		}
 		got, err := a.updateCIDRFrom(ctx, old, prefixes)
 		if errors.Is(err, store.ErrConflict) {
@@ -136,7 +155,7 @@ func (a *Allocator) updateCIDRFrom(ctx context.Context, old cidrset.CIDR, prefix
 	}
 	got, err := a.st.UpdateCIDR(ctx, upd)
 	if err != nil {
-		return cidrset.CIDR{}, err
+		return cidrset.CIDR{}, cidrError(old.Name, err)
 	}
 	return got, a.settleWrite(ctx, got)
 }
@@ -160,7 +179,7 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 	for {
 		c, err := a.st.GetCIDR(ctx, name)
 		if err != nil {
-			return err
+			return cidrError(name, err)
 		}
 		if c.Terminating {
 			marked = c
@@ -172,7 +191,7 @@ func (a *Allocator) DeleteCIDR(ctx context.Context, name string) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return cidrError(name, err)
 		}
 		a.cfg.logger.Info("CIDR terminating", "cidr", name)
 		break

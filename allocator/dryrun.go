@@ -86,7 +86,7 @@ func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision
 	}
 	c, err := d.a.st.GetCIDR(ctx, name)
 	if err != nil {
-		return finalizer.Decision{}, err
+		return finalizer.Decision{}, cidrError(name, err)
 	}
 	if err := d.a.WaitRevision(ctx, c.Revision); err != nil {
 		return finalizer.Decision{}, err
@@ -95,7 +95,8 @@ func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision
 	return finalizer.DecideIn(view{d.a}, c), nil
 }
 
-// ExistsError names what exists already. It matches ErrExists.
+// ExistsError names what exists already. It matches ErrExists. CreateCIDR
+// and its dry run return one for a name a CIDR has.
 type ExistsError struct{ Kind, Name string }
 
 // Error reads "KIND NAME already exists".
