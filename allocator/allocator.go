@@ -389,7 +389,9 @@ func (a *Allocator) Store() store.Store { return a.st }
 
 // AllocateNext allocates a free address of family f to owner, from a live
 // CIDR chosen by the Policy, in its upper band first (KEP-3070). On a
-// full family it fails with ErrFull whatever the owner.
+// full family it fails with ErrFull whatever the owner; a family whose
+// CIDRs are all Terminating is full, one that no CIDR serves is
+// ErrMismatch.
 func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (rec ipaddress.IPAddress, err error) {
 	if err := a.checkOpen(); err != nil {
 		return rec, err
@@ -441,7 +443,10 @@ func (a *Allocator) Restore(ctx context.Context, addr netip.Addr, owner ipaddres
 
 // AllocateDualStack allocates one address of each family to owner, both or
 // neither, in one atomic store write. A family may be given a static
-// address; the zero Addr means "the next free one".
+// address; the zero Addr means "the next free one". A static address of
+// the other family is ErrInvalid (a *ipaddress.FieldError for "address").
+// Either family failing fails the call, with that family's error as
+// Allocate or AllocateNext gives it, and nothing is allocated.
 func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.ParentRef, v4, v6 netip.Addr) (ipv4, ipv6 ipaddress.IPAddress, err error) {
 	if err := a.checkOpen(); err != nil {
 		return ipv4, ipv6, err

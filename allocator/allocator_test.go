@@ -719,6 +719,8 @@ func TestDualStackAllocatesBothFamiliesOrNeither(t *testing.T) {
 	}
 	if _, _, err := a.AllocateDualStack(ctx, svc("f"), ip("fd00:10::1"), netip.Addr{}); !errors.Is(err, allocator.ErrInvalid) {
 		t.Fatalf("dual-stack with an IPv6 address as the IPv4 one: %v", err)
+	} else if fe := ipaddress.FieldErrors(err); len(fe) != 1 || fe[0].Field != "address" {
+		t.Fatalf("dual-stack with an IPv6 address as the IPv4 one: %v, want one FieldError for \"address\" (documented)", err)
 	}
 	// A static address is validated as Allocate validates it (SPEC §1).
 	for _, bad := range []struct{ v4, v6, detail string }{

@@ -13,15 +13,20 @@ import (
 // Errors of the allocator. Messages match the Kubernetes allocator where it
 // has one. Test with errors.Is; the typed errors below add detail.
 var (
-	// ErrFull: no live CIDR of the family has a free address. A request
-	// for the next address of a full family gets it whatever its owner:
-	// as in the reference, no owner is checked when no address is found.
+	// ErrFull: no live CIDR of the family has a free address, also when
+	// CIDRs of the family exist but every one is Terminating (as the
+	// reference answers). A request for the next address of a full family
+	// gets it whatever its owner: as in the reference, no owner is checked
+	// when no address is found.
 	ErrFull = errors.New("range is full")
 	// ErrAllocated: the address is held already (by any owner, in any CIDR).
 	ErrAllocated = errors.New("provided IP is already allocated")
 	// ErrNotInRange: the address is in no live CIDR. Returned as a *RangeError.
 	ErrNotInRange = errors.New("not in the valid range")
-	// ErrMismatch: no live CIDR serves the address's family at all.
+	// ErrMismatch: the family is served by no CIDR at all, for a request
+	// of the next address; for a static one, by no live CIDR, and no
+	// Terminating CIDR contains the address (one that does makes it a
+	// *RangeError matching ErrTerminating).
 	ErrMismatch = errors.New("the provided network does not match the current range")
 	// ErrTerminating: the CIDR is being deleted and serves no new allocation.
 	ErrTerminating = errors.New("CIDR is terminating")
