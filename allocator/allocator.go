@@ -983,13 +983,19 @@ func (a *Allocator) livePrefixesLocked(fam int) []netip.Prefix {
 	return out
 }
 
+// familyError is the refusal of a request for the next address of family
+// f, neither IPv4 nor IPv6.
+func familyError(f ipaddress.Family) error {
+	return &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
+}
+
 // chooseNextLocked chooses where a dynamic request of family f is served
 // from, into *c: on ErrFull, only the fence of the CIDR to blame, if any.
 // (An out parameter: the hot path then copies no choice up its calls.)
 func (a *Allocator) chooseNextLocked(f ipaddress.Family, skip []netip.Addr, c *choice) error {
 	fam, ok := famOf(f)
 	if !ok {
-		return &ipaddress.FieldError{Field: "family", Value: f.String(), Detail: "must be IPv4 or IPv6"}
+		return familyError(f)
 	}
 	live := a.live[fam]
 	if len(live) == 0 {

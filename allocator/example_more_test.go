@@ -144,6 +144,26 @@ func ExampleAllocator_ReleaseOwner() {
 	// 1 0
 }
 
+// A network plugin's setup, retried for one container, gets the address
+// the first attempt got; the teardown releases everything the container
+// holds.
+func ExampleAllocator_EnsureNext() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.244.0.0/24"))
+	pod := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: "web-0"}
+
+	first, _ := a.EnsureNext(ctx, ipaddress.IPv4, pod)
+	retried, _ := a.EnsureNext(ctx, ipaddress.IPv4, pod) // the ADD, again
+	fmt.Println(first.Addr, retried.Addr, a.FamilyUsage(ipaddress.IPv4).Used)
+	released, _ := a.ReleaseOwner(ctx, pod) // the DEL
+	fmt.Println(released)
+	// Output:
+	// 10.244.0.17 10.244.0.17 1
+	// [10.244.0.17]
+}
+
 // A policy of one's own: here the longest prefix serves first, so that
 // small CIDRs fill before a large one is touched.
 func ExamplePolicyFunc() {

@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/netipam/netipam/store"
 )
 
 // testCluster is an etcd cluster of embedded members on loopback, each with
@@ -197,4 +199,19 @@ func (c *testCluster) newClient(t testing.TB, endpoints ...string) *clientv3.Cli
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// twoStores returns two stores under prefix, each over a client of its
+// own, as two processes sharing c, and what closes both.
+func (c *testCluster) twoStores(t *testing.T, prefix string) (store.Store, store.Store, func()) {
+	t.Helper()
+	st1, err := New(c.newClient(t), WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := New(c.newClient(t), WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st1, st2, func() { st1.Close(); st2.Close() }
 }

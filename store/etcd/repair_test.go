@@ -29,16 +29,7 @@ func repairSvc(name string) ipaddress.ParentRef {
 func TestRepairOverEtcdNeverHandsAConsumersAddressToAnother(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
 	stress.RepairHandOver(t, 10, func(trial int) (store.Store, store.Store, func()) {
-		prefix := fmt.Sprintf("/repair-%d", trial)
-		st1, err := New(c.newClient(t), WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		st2, err := New(c.newClient(t), WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st1, st2, func() { st1.Close(); st2.Close() }
+		return c.twoStores(t, fmt.Sprintf("/repair-%d", trial))
 	})
 }
 

@@ -1,0 +1,84 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/netipam/netipam/ipaddress"
+)
+
+// EnsureNext returns an address of family f that owner holds, allocating
+// the next free one, as AllocateNext does, only if it holds none: a setup
+// retried for the same owner (a network plugin's ADD for one container)
+// gets the address it was given the first time, not a second one.
+//
+// Calls for one owner, made at once in this process or in others sharing
+// the store, all return the same address, and the owner keeps only it.
+// Each call that holds none yet allocates, then reads the owner's records
+// back; the record of lowest revision (then lowest address) is the one the
+// calls agree on, and each call that lost gives its own address back. The
+// read sees every write completed before it, so a call that saw only its
+// own record was first: any later one sees that record too, of a lower
+// revision. When the owner already holds several addresses of f
+// (AllocateNext called twice), EnsureNext returns the one of lowest
+// revision and allocates nothing.
+//
+// On an error, nothing EnsureNext allocated is known to be given back: the
+// owner may hold an address of f all the same, and a call again returns
+// it; ReleaseOwner releases every address of the owner. Records the store
+// cannot decode that might be owner's (a *store.SkippedError, matching
+// store.ErrCorrupt) fail the call before it allocates, since one of them
+// may be owner's address. An invalid owner or family is refused
+// (ErrInvalid) before anything is read, whether the family is full or not.
+func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if _, ok := famOf(f); !ok {
+		return ipaddress.IPAddress{}, familyError(f)
+	}
+	held, err := a.AddressesOf(ctx, owner) // validates owner
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if rec, ok := oldestOf(held, f); ok {
+		return rec, nil
+	}
+	mine, err := a.AllocateNext(ctx, f, owner)
+	if err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	held, err = a.AddressesOf(ctx, owner)
+	if err != nil {
+		return ipaddress.IPAddress{}, fmt.Errorf("allocated %s to %s, then reading its addresses back: %w", mine.Addr, owner, err)
+	}
+	first, ok := oldestOf(held, f)
+	if !ok || first.Addr == mine.Addr {
+		// Mine, or none: released since by someone else, as it could
+		// have been a moment after this call returned.
+		return mine, nil
+	}
+	// Another call for owner got there first: give mine back, unless it
+	// changed since (then it is no longer this call's to release).
+	if err := a.ReleaseAt(ctx, mine.Addr, mine.Revision); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
+		return ipaddress.IPAddress{}, fmt.Errorf("%s holds %s already; giving back %s, allocated to it meanwhile: %w", owner, first.Addr, mine.Addr, err)
+	}
+	return first, nil
+}
+
+// oldestOf returns the record of family f of lowest revision in recs, the
+// lowest address among those of one revision (a batch).
+func oldestOf(recs []ipaddress.IPAddress, f ipaddress.Family) (ipaddress.IPAddress, bool) {
+	var best ipaddress.IPAddress
+	found := false
+	for _, r := range recs {
+		if ipaddress.FamilyOf(r.Addr) != f {
+			continue
+		}
+		if !found || r.Revision < best.Revision || (r.Revision == best.Revision && r.Addr.Less(best.Addr)) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}

@@ -1,0 +1,102 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/internal/stress"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/memory"
+)
+
+// A setup retried for one owner (a network plugin's ADD for one container)
+// gets the address the first call gave, per family; an owner that holds
+// several gets its oldest; nothing more is allocated.
+func TestEnsureNextGivesARetriedSetupItsAddressNotASecond(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/29,fd00::/125"})
+	pod := svc("pod")
+	first, err := a.EnsureNext(ctx, ipaddress.IPv4, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.EnsureNext(ctx, ipaddress.IPv4, pod)
+	if err != nil || again != first {
+		t.Fatalf("EnsureNext again = %+v, %v; want %+v", again, err, first)
+	}
+	v6, err := a.EnsureNext(ctx, ipaddress.IPv6, pod)
+	if err != nil || !v6.Addr.Is6() {
+		t.Fatalf("EnsureNext(IPv6) for an owner holding IPv4 only = %+v, %v; want a new IPv6 address", v6, err)
+	}
+	second := mustNext(t, a, ipaddress.IPv4, "pod")
+	if got, err := a.EnsureNext(ctx, ipaddress.IPv4, pod); err != nil || got != first {
+		t.Fatalf("EnsureNext for an owner holding %s and %s = %+v, %v; want the oldest, %+v", first.Addr, second, got, err, first)
+	}
+	if u := a.FamilyUsage(ipaddress.IPv4); u.Used.String() != "2" {
+		t.Fatalf("IPv4 used = %v after one EnsureNext, its retries and one AllocateNext: want 2", u.Used)
+	}
+	// A full family still gives an owner the address it holds.
+	for i := range 4 {
+		mustNext(t, a, ipaddress.IPv4, fmt.Sprintf("fill-%d", i))
+	}
+	if _, err := a.AllocateNext(ctx, ipaddress.IPv4, svc("late")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("the /29 should be full: %v", err)
+	}
+	if got, err := a.EnsureNext(ctx, ipaddress.IPv4, pod); err != nil || got != first {
+		t.Fatalf("EnsureNext on a full family for an owner holding %s = %+v, %v", first.Addr, got, err)
+	}
+	if _, err := a.EnsureNext(ctx, ipaddress.IPv4, svc("late")); !errors.Is(err, allocator.ErrFull) {
+		t.Fatalf("EnsureNext on a full family for an owner holding none = %v, want ErrFull", err)
+	}
+}
+
+func TestEnsureNextRefusesWhatAllocateNextRefuses(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/30"})
+	mustNext(t, a, ipaddress.IPv4, "fill-1")
+	mustNext(t, a, ipaddress.IPv4, "fill-2") // full
+	var fe *ipaddress.FieldError
+	for _, f := range []ipaddress.Family{0, 5} {
+		if _, err := a.EnsureNext(ctx, f, svc("pod")); !errors.As(err, &fe) || fe.Field != "family" {
+			t.Errorf("EnsureNext(family %d) = %v, want a FieldError for family", f, err)
+		}
+	}
+	if _, err := a.EnsureNext(ctx, ipaddress.IPv4, ipaddress.ParentRef{Name: "no-resource"}); !errors.Is(err, allocator.ErrInvalid) {
+		t.Errorf("EnsureNext for an invalid owner on a full family = %v, want ErrInvalid", err)
+	}
+	if _, err := a.EnsureNext(ctx, ipaddress.IPv6, svc("pod")); !errors.Is(err, allocator.ErrMismatch) {
+		t.Errorf("EnsureNext of a family no CIDR serves = %v, want ErrMismatch", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.EnsureNext(ctx, ipaddress.IPv4, svc("fill-1")); !errors.Is(err, allocator.ErrClosed) {
+		t.Errorf("EnsureNext after Close = %v, want ErrClosed", err)
+	}
+	if _, err := new(allocator.Allocator).EnsureNext(ctx, ipaddress.IPv4, svc("pod")); !errors.Is(err, allocator.ErrClosed) {
+		t.Errorf("EnsureNext on the zero Allocator = %v, want ErrClosed", err)
+	}
+}
+
+// Calls at once for one owner, through two allocators sharing a store,
+// agree on one address; over the memory store's lock, and with one
+// allocator on the path of a remote store (its own lock, creates in
+// flight).
+func TestEnsureNextCallsAtOnceForOneOwnerAgreeOnOneAddress(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
+			stress.EnsureNextAgrees(t, 30, 4, func(int) (store.Store, store.Store, func()) {
+				st := memory.New()
+				var second store.Store = st
+				if remote {
+					second = unlockedStore{st}
+				}
+				return st, second, func() {}
+			})
+		})
+	}
+}
