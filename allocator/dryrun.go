@@ -38,6 +38,20 @@ func (d DryRun) AllocateNext(ctx context.Context, f ipaddress.Family, owner ipad
 	return out[0].Addr, err
 }
 
+// EnsureNext returns the address EnsureNext would return now: the one of
+// family f owner holds (of lowest revision), or else the one AllocateNext
+// would choose.
+func (d DryRun) EnsureNext(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (netip.Addr, error) {
+	if err := d.checkOpen(); err != nil {
+		return netip.Addr{}, err
+	}
+	rec, held, err := d.a.heldOf(ctx, f, owner)
+	if err != nil || held {
+		return rec.Addr, err
+	}
+	return d.AllocateNext(ctx, f, owner)
+}
+
 // Allocate reports whether Allocate(addr, owner) would succeed now.
 func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) error {
 	if err := d.checkOpen(); err != nil {

@@ -22,7 +22,9 @@ import (
 // own record was first: any later one sees that record too, of a lower
 // revision. When the owner already holds several addresses of f
 // (AllocateNext called twice), EnsureNext returns the one of lowest
-// revision and allocates nothing.
+// revision and allocates nothing. The owner's records are read through
+// the store's owner index (AddressesOf), once, or twice when the call
+// allocates.
 //
 // On an error, nothing EnsureNext allocated is known to be given back: the
 // owner may hold an address of f all the same, and a call again returns
@@ -35,21 +37,14 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 	if err := a.checkOpen(); err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	if _, ok := famOf(f); !ok {
-		return ipaddress.IPAddress{}, familyError(f)
-	}
-	held, err := a.AddressesOf(ctx, owner) // validates owner
-	if err != nil {
-		return ipaddress.IPAddress{}, err
-	}
-	if rec, ok := oldestOf(held, f); ok {
-		return rec, nil
+	if rec, held, err := a.heldOf(ctx, f, owner); err != nil || held {
+		return rec, err
 	}
 	mine, err := a.AllocateNext(ctx, f, owner)
 	if err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	held, err = a.AddressesOf(ctx, owner)
+	held, err := a.AddressesOf(ctx, owner)
 	if err != nil {
 		return ipaddress.IPAddress{}, fmt.Errorf("allocated %s to %s, then reading its addresses back: %w", mine.Addr, owner, err)
 	}
@@ -65,6 +60,20 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 		return ipaddress.IPAddress{}, fmt.Errorf("%s holds %s already; giving back %s, allocated to it meanwhile: %w", owner, first.Addr, mine.Addr, err)
 	}
 	return first, nil
+}
+
+// heldOf returns the record of family f owner holds of lowest revision, if
+// it holds one, after refusing an invalid family or owner.
+func (a *Allocator) heldOf(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (rec ipaddress.IPAddress, held bool, err error) {
+	if _, ok := famOf(f); !ok {
+		return rec, false, familyError(f)
+	}
+	recs, err := a.AddressesOf(ctx, owner) // validates owner
+	if err != nil {
+		return rec, false, err
+	}
+	rec, held = oldestOf(recs, f)
+	return rec, held, nil
 }
 
 // oldestOf returns the record of family f of lowest revision in recs, the

@@ -32,6 +32,15 @@ func TestEnsureNextGivesARetriedSetupItsAddressNotASecond(t *testing.T) {
 	if err != nil || !v6.Addr.Is6() {
 		t.Fatalf("EnsureNext(IPv6) for an owner holding IPv4 only = %+v, %v; want a new IPv6 address", v6, err)
 	}
+	if got, err := a.DryRun().EnsureNext(ctx, ipaddress.IPv4, pod); err != nil || got != first.Addr {
+		t.Fatalf("DryRun().EnsureNext for an owner holding %s = %s, %v", first.Addr, got, err)
+	}
+	if got, err := a.DryRun().EnsureNext(ctx, ipaddress.IPv4, svc("other")); err != nil || !got.IsValid() || got == first.Addr {
+		t.Fatalf("DryRun().EnsureNext for an owner holding none = %s, %v; want a free address", got, err)
+	}
+	if recs, err := a.AddressesOf(ctx, svc("other")); err != nil || len(recs) != 0 {
+		t.Fatalf("the dry run allocated %v, %v", recs, err)
+	}
 	second := mustNext(t, a, ipaddress.IPv4, "pod")
 	if got, err := a.EnsureNext(ctx, ipaddress.IPv4, pod); err != nil || got != first {
 		t.Fatalf("EnsureNext for an owner holding %s and %s = %+v, %v; want the oldest, %+v", first.Addr, second, got, err, first)
@@ -63,6 +72,9 @@ func TestEnsureNextRefusesWhatAllocateNextRefuses(t *testing.T) {
 	for _, f := range []ipaddress.Family{0, 5} {
 		if _, err := a.EnsureNext(ctx, f, svc("pod")); !errors.As(err, &fe) || fe.Field != "family" {
 			t.Errorf("EnsureNext(family %d) = %v, want a FieldError for family", f, err)
+		}
+		if _, err := a.DryRun().EnsureNext(ctx, f, svc("pod")); !errors.As(err, &fe) || fe.Field != "family" {
+			t.Errorf("DryRun().EnsureNext(family %d) = %v, want a FieldError for family", f, err)
 		}
 	}
 	if _, err := a.EnsureNext(ctx, ipaddress.IPv4, ipaddress.ParentRef{Name: "no-resource"}); !errors.Is(err, allocator.ErrInvalid) {
