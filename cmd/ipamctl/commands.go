@@ -53,7 +53,7 @@ var commands = []command{
 	{name: "cidr update", minArgs: 3, maxArgs: -1, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg, mustExist: true},
-	{name: "ip allocate", flags: []string{"family", "parent"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual]", run: ipAllocate, parse: ipAllocateArgs},
+	{name: "ip allocate", flags: []string{"family", "parent", "ensure"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual [--ensure]]", run: ipAllocate, parse: ipAllocateArgs},
 	{name: "ip get", flags: []string{"parent", "cidr"}, maxArgs: 1, args: "[ADDR | --parent REF | --cidr NAME]", run: ipGet, parse: ipGetArgs, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs, mustExist: true},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
@@ -434,6 +434,10 @@ func ipAllocateArgs(e *env) error {
 	default:
 		e.in.families = fs
 	}
+	if e.cl.has("ensure") && len(e.in.addrs) == 1 {
+		return usageErrorf("ip allocate: --ensure goes with --family, not with an address")
+	}
+	e.in.ensure = e.cl.has("ensure")
 	return nil
 }
 
@@ -448,6 +452,19 @@ func ipAllocate(e *env) error {
 			return fmt.Errorf("allocating %s: %w", addr, err)
 		}
 		recs = append(recs, rec)
+	case e.in.ensure:
+		// Each family on its own: a second one failing leaves the first,
+		// which the same command, run again, keeps.
+		for _, f := range fs {
+			rec, err := e.a.EnsureNext(e.ctx, f, ref)
+			if err != nil {
+				if len(recs) > 0 {
+					fmt.Fprintf(e.stderr, "ipamctl: %s holds %s; not the %s address\n", ref, recs[0].Addr, f)
+				}
+				return fmt.Errorf("ensuring an %s address: %w", f, err)
+			}
+			recs = append(recs, rec)
+		}
 	case len(fs) == 1:
 		rec, err := e.a.AllocateNext(e.ctx, fs[0], ref)
 		if err != nil {

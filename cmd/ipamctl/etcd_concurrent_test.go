@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,49 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
+
+// ip allocate --ensure run by several processes at once for one owner, as
+// a setup retried on several hosts: every run prints the same pair, and
+// the owner holds that pair only.
+func TestConcurrentEnsureOverEtcdGivesAnOwnerOnePair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	ep := startEtcd(t)
+	c := &cli{t: t, store: []string{"--etcd", ep, "--etcd-prefix", "/ensure"}}
+	c.ok("cidr", "create", "pods", "10.244.0.0/24", "fd00:244::/120")
+	const owners, runs = 3, 4
+	var wg sync.WaitGroup
+	results := make([][runs]result, owners)
+	for o := range owners {
+		for i := range runs {
+			wg.Go(func() {
+				results[o][i] = c.run("ip", "allocate", "--family", "dual", "--ensure", "--parent", fmt.Sprintf("pods/default/p%d", o), "-o", "json", "--timeout", "60s")
+			})
+		}
+	}
+	wg.Wait()
+	for o := range owners {
+		var want []string
+		for i, r := range results[o] {
+			var pair list[ipObject]
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &pair) != nil || len(pair.Items) != 2 {
+				t.Fatalf("p%d, run %d: exit %d: %s%s", o, i, r.code, r.stdout, r.stderr)
+			}
+			got := []string{pair.Items[0].Name, pair.Items[1].Name}
+			if want == nil {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Errorf("p%d: one run printed %v, another %v", o, want, got)
+			}
+		}
+		var held list[ipObject]
+		c.json(&held, "ip", "get", "--parent", fmt.Sprintf("pods/default/p%d", o))
+		if len(held.Items) != 2 || held.Items[0].Name != want[0] || held.Items[1].Name != want[1] {
+			t.Errorf("p%d holds %+v, want %v only", o, held.Items, want)
+		}
+	}
+}
 
 // ipamctl processes allocating at once over one etcd never give one
 // address twice: of more requests than the CIDRs hold, exactly as many

@@ -10,7 +10,9 @@
 //	cidr get [NAME]                      list CIDRs (Ready or Terminating), or show
 //	                                     one with its Ready condition
 //	cidr delete NAME                     delete a CIDR (Terminating while addresses hold it)
-//	ip allocate --family 4|6|dual --parent REF    allocate the next free address(es)
+//	ip allocate --family 4|6|dual --parent REF [--ensure]
+//	                                     allocate the next free address(es); with
+//	                                     --ensure, only for a family REF holds none of
 //	ip allocate ADDR --parent REF        allocate a given address
 //	ip get [ADDR | --parent REF | --cidr NAME]
 //	                                     list records, show one, those of one owner,
@@ -147,7 +149,7 @@ func exitCode(err error) int {
 var flagSpec = map[string]bool{
 	"db": true, "etcd": true, "etcd-prefix": true, "output": true, "v": false, "timeout": true,
 	"etcd-cacert": true, "etcd-cert": true, "etcd-key": true, "etcd-user": true,
-	"family": true, "parent": true, "cidr": true, "dry-run": false, "consumers": true, "leak-grace": true,
+	"family": true, "parent": true, "cidr": true, "dry-run": false, "consumers": true, "leak-grace": true, "ensure": false,
 	"help": false, "lock-timeout": true,
 }
 
@@ -264,6 +266,7 @@ type input struct {
 	byParent  bool
 	cidr      string             // ip get --cidr
 	families  []ipaddress.Family // ip allocate --family, without ADDR
+	ensure    bool               // ip allocate --ensure
 	leakGrace time.Duration      // repair --leak-grace, as repair.Repairer takes it
 	consumers []repair.Consumer  // repair --consumers, read by its prepare
 }
@@ -313,8 +316,9 @@ Commands:
   cidr get [NAME]                       list CIDRs (Ready or Terminating), or show
                                         one with its Ready condition
   cidr delete NAME                      delete a CIDR (Terminating while addresses hold it)
-  ip allocate --family 4|6|dual --parent REF
-                                        allocate the next free address (of each family)
+  ip allocate --family 4|6|dual --parent REF [--ensure]
+                                        allocate the next free address (of each family);
+                                        --ensure: print the one REF holds, if it does
   ip allocate ADDR --parent REF         allocate the given address
   ip get [ADDR | --parent REF | --cidr NAME]
                                         list address records, show one, an owner's,

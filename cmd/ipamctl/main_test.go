@@ -401,6 +401,40 @@ func TestFamilyFlagReadsAlikeWithAndWithoutAnAddress(t *testing.T) {
 	}
 }
 
+// ip allocate --ensure, run again, prints the address REF holds of each
+// family, allocating nothing more; with dual, each family on its own.
+func TestIPAllocateEnsureGivesARetriedRunTheSameAddresses(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "v4", "10.0.0.0/29")
+	ensure := []string{"ip", "allocate", "--parent", "pods/default/a", "--ensure", "--family"}
+	var first, again ipObject
+	c.json(&first, append(ensure, "4")...)
+	c.json(&again, append(ensure, "4")...)
+	if first.Name == "" || again.Name != first.Name {
+		t.Fatalf("--ensure twice: %s, then %s; want one address", first.Name, again.Name)
+	}
+	// No IPv6 CIDR yet: the IPv4 address stands, and stderr says so.
+	r := c.fail(exitUsage, "does not match the current range", append(ensure, "dual")...)
+	if want := "pods/default/a holds " + first.Name + "; not the IPv6 address"; !strings.Contains(r.stderr, want) {
+		t.Errorf("dual, no IPv6 CIDR: stderr %q, want it to say %q", r.stderr, want)
+	}
+	c.ok("cidr", "create", "v6", "fd00::/125")
+	var pair, held list[ipObject]
+	c.json(&pair, append(ensure, "dual")...)
+	if len(pair.Items) != 2 || pair.Items[0].Name != first.Name || pair.Items[1].Family != "IPv6" {
+		t.Fatalf("dual --ensure for an owner holding %s: %+v", first.Name, pair.Items)
+	}
+	c.json(&held, append(ensure, "dual")...)
+	if len(held.Items) != 2 || held.Items[0].Name != first.Name || held.Items[1].Name != pair.Items[1].Name {
+		t.Fatalf("dual --ensure again: %+v, want %+v", held.Items, pair.Items)
+	}
+	c.json(&held, "ip", "get", "--parent", "pods/default/a")
+	if len(held.Items) != 2 {
+		t.Errorf("the owner holds %+v after every --ensure: want its pair only", held.Items)
+	}
+	c.fail(exitUsage, "--ensure goes with --family", "ip", "allocate", "10.0.0.3", "--parent", "pods/default/b", "--ensure")
+}
+
 func TestOwnerWideGetAndRelease(t *testing.T) {
 	c := newBoltCLI(t)
 	c.ok("cidr", "create", "dual", "10.0.0.0/24", "fd00:10::/120")
