@@ -22,9 +22,11 @@ import (
 // own record was first: any later one sees that record too, of a lower
 // revision. When the owner already holds several addresses of f
 // (AllocateNext called twice), EnsureNext returns the one of lowest
-// revision and allocates nothing. The owner's records are read through
-// the store's owner index (AddressesOf), once, or twice when the call
-// allocates.
+// revision and allocates nothing. A call that finds the family full
+// (ErrFull) reads the owner's records again: another call made at once
+// may have taken the last free address, which both then return. The
+// owner's records are read through the store's owner index (AddressesOf),
+// once, or twice when the call allocates or finds the family full.
 //
 // On an error, nothing EnsureNext allocated is known to be given back: the
 // owner may hold an address of f all the same, and a call again returns
@@ -41,6 +43,14 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 		return rec, err
 	}
 	mine, err := a.AllocateNext(ctx, f, owner)
+	if errors.Is(err, ErrFull) {
+		// Another call for owner, at once, may have taken the last free
+		// address since the read: then owner holds it, and it is this
+		// call's answer too.
+		if rec, held, rerr := a.heldOf(ctx, f, owner); rerr == nil && held {
+			return rec, nil
+		}
+	}
 	if err != nil {
 		return ipaddress.IPAddress{}, err
 	}

@@ -1,0 +1,91 @@
+package allocator_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/memory"
+)
+
+// readBarrierStore holds its first n AddressesOf calls, once each has
+// read, until all n have: calls made at once that all read the owner's
+// records before any of them allocates.
+type readBarrierStore struct {
+	store.Store
+	n       int32
+	calls   atomic.Int32
+	arrived sync.WaitGroup
+	all     chan struct{}
+}
+
+func newReadBarrierStore(st store.Store, n int) *readBarrierStore {
+	s := &readBarrierStore{Store: st, n: int32(n), all: make(chan struct{})}
+	s.arrived.Add(n)
+	go func() { s.arrived.Wait(); close(s.all) }()
+	return s
+}
+
+func (s *readBarrierStore) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	recs, err := s.Store.AddressesOf(ctx, owner)
+	if s.calls.Add(1) <= s.n {
+		s.arrived.Done()
+		select {
+		case <-s.all:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return recs, err
+}
+
+// Two calls at once for one owner when one address of the family is left:
+// both find the owner holding none, one allocates the last address, and
+// the other's allocation finds the family full. The owner holds an address
+// of the family all the same, which both calls must return: a setup
+// retried at once on a nearly full range must not fail the retry.
+func TestEnsureNextCallsAtOnceForTheLastAddressBothGetIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
+	defer cancel()
+	st := newReadBarrierStore(memory.New(), 2)
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/30")); err != nil { // .1 and .2
+		t.Fatal(err)
+	}
+	// The barrier's two calls are the EnsureNext calls' first reads:
+	// fill the /30 but one address past the store's AddressesOf.
+	if _, err := a.Allocate(ctx, ip("10.0.0.1"), svc("fill")); err != nil {
+		t.Fatal(err)
+	}
+	pod := svc("pod")
+	var (
+		wg   sync.WaitGroup
+		got  [2]ipaddress.IPAddress
+		errs [2]error
+	)
+	for i := range got {
+		wg.Go(func() { got[i], errs[i] = a.EnsureNext(ctx, ipaddress.IPv4, pod) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v; the owner holds %s of the other call", i, err, got[1-i].Addr)
+		}
+	}
+	if got[0].Addr != got[1].Addr || got[0].Addr != ip("10.0.0.2") {
+		t.Errorf("calls at once returned %s and %s, want 10.0.0.2 from both", got[0].Addr, got[1].Addr)
+	}
+	held, err := a.AddressesOf(ctx, pod)
+	if err != nil || len(held) != 1 || held[0].Addr != ip("10.0.0.2") {
+		t.Errorf("the owner holds %v, %v; want 10.0.0.2 only", held, err)
+	}
+}
