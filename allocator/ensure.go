@@ -59,10 +59,15 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 		return ipaddress.IPAddress{}, fmt.Errorf("allocated %s to %s, then reading its addresses back: %w", mine.Addr, owner, err)
 	}
 	first, ok := oldestOf(held, f)
-	if !ok || first.Addr == mine.Addr {
-		// Mine, or none: released since by someone else, as it could
+	if !ok {
+		// None: mine was released since by someone else, as it could
 		// have been a moment after this call returned.
 		return mine, nil
+	}
+	if first.Addr == mine.Addr {
+		// Mine, or its address given to owner again since (released and
+		// allocated anew): the record owner holds, of its revision.
+		return first, nil
 	}
 	// Another call for owner got there first: give mine back, unless it
 	// changed since (then it is no longer this call's to release).

@@ -89,3 +89,68 @@ func TestEnsureNextCallsAtOnceForTheLastAddressBothGetIt(t *testing.T) {
 		t.Errorf("the owner holds %v, %v; want 10.0.0.2 only", held, err)
 	}
 }
+
+// hookStore runs before, once, ahead of its nth AddressesOf.
+type hookStore struct {
+	store.Store
+	nth    int32
+	calls  atomic.Int32
+	before func(ctx context.Context)
+}
+
+func (s *hookStore) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	if s.calls.Add(1) == s.nth {
+		s.before(ctx)
+	}
+	return s.Store.AddressesOf(ctx, owner)
+}
+
+// The address a call allocated is released by someone else, and given to
+// the same owner again (by another call for it, say), before the call
+// reads the owner's records back: the call returns that address, and the
+// record it returns is the one the owner holds, of its revision, which a
+// ReleaseAt of what the call returned then frees.
+func TestEnsureNextReturnsTheRecordTheOwnerHoldsNotTheOneItMade(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
+	defer cancel()
+	mem := memory.New()
+	pod := svc("pod")
+	var made ipaddress.IPAddress
+	st := &hookStore{Store: mem, nth: 2, before: func(ctx context.Context) {
+		// The second read is the one after the allocation: the address
+		// is the only one of the /30 allocated.
+		all, err := mem.ListAddresses(ctx)
+		if err != nil || len(all) != 1 {
+			t.Errorf("before the read back: %v, %v; want one record", all, err)
+			return
+		}
+		if _, _, err := mem.DeleteAddress(ctx, all[0].Addr); err != nil {
+			t.Error(err)
+			return
+		}
+		recs, err := mem.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: all[0].Addr, Parent: pod}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		made = recs[0]
+	}}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/30")); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := a.EnsureNext(ctx, ipaddress.IPv4, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Addr != made.Addr || rec.Revision != made.Revision || !rec.Created.Equal(made.Created) {
+		t.Errorf("EnsureNext = %s at revision %d, created %v; the owner holds it at revision %d, created %v", rec.Addr, rec.Revision, rec.Created, made.Revision, made.Created)
+	}
+	if err := a.ReleaseAt(ctx, rec.Addr, rec.Revision); err != nil {
+		t.Errorf("ReleaseAt of what EnsureNext returned: %v", err)
+	}
+}
