@@ -333,7 +333,12 @@ type Store interface {
 	// would refuse (zero, zoned, IPv4-mapped): no record can have it.
 	GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAddress, error)
 	// AddressesOf returns the records held by owner, in address order
-	// (IPv4 first), through an index.
+	// (IPv4 first), through an index. The answer is not older than the
+	// call: it shows every write that completed before the call began,
+	// through any client of the store, with each record at its current
+	// revision. allocator.EnsureNext relies on that to make calls at
+	// once for one owner agree; an index that lags (a cache fed by a
+	// watch, not brought up to the store's revision first) breaks it.
 	//
 	// owner is not validated, as no owner of a record is: a store holds
 	// what it is given within CheckOwner's limits, and
