@@ -526,6 +526,22 @@ func TestAllocatorBehavesAlikeOverEveryStore(t *testing.T) {
 					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
 				})
 			},
+			"ensureNext": func(rt *rapid.T) {
+				f := rapid.SampledFrom(families).Draw(rt, "family")
+				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
+				agreeStep(rt, ctx, bs, fmt.Sprintf("EnsureNext(%v, %s)", f, describeOwner(o)), func(a *allocator.Allocator) string {
+					r, err := a.EnsureNext(ctx, f, o)
+					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
+				})
+			},
+			"dryRunEnsureNext": func(rt *rapid.T) {
+				f := rapid.SampledFrom(families).Draw(rt, "family")
+				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
+				agreeStep(rt, ctx, bs, fmt.Sprintf("DryRun.EnsureNext(%v, %s)", f, describeOwner(o)), func(a *allocator.Allocator) string {
+					addr, err := a.DryRun().EnsureNext(ctx, f, o)
+					return fmt.Sprintf("%v %s", addr, describeErr(err))
+				})
+			},
 			"allocate": func(rt *rapid.T) {
 				addr := rapid.SampledFrom(addrs).Draw(rt, "addr")
 				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
