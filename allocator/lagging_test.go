@@ -87,7 +87,9 @@ func TestAnAllocatorWhoseWatchIsBehindTouchesTheTerminatingCIDRItServesInto(t *t
 			t.Error(err)
 			return
 		}
-		if err := mem.DeleteCIDR(ctx, "n", n.Revision); err != nil {
+		// Allocator a's reconciler, told of the mark, may remove the
+		// empty CIDR first: gone all the same.
+		if err := mem.DeleteCIDR(ctx, "n", n.Revision); err != nil && !errors.Is(err, store.ErrNotFound) {
 			t.Error(err)
 			return
 		}
