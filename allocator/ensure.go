@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/netipam/netipam/ipaddress"
 )
@@ -75,6 +76,36 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 		return ipaddress.IPAddress{}, fmt.Errorf("%s holds %s already; giving back %s, allocated to it meanwhile: %w", owner, first.Addr, mine.Addr, err)
 	}
 	return first, nil
+}
+
+// EnsureAllocated is Allocate for a setup that may be retried: when owner
+// holds addr already, it returns that record, and allocates nothing, where
+// Allocate answers ErrAllocated. It returns the record so also when addr's
+// CIDR is Terminating since, or gone: the owner holds it all the same.
+// Calls at once for one owner and address, in any process sharing the
+// store, all return the one record: the call that lost the create reads
+// it back. Any other answer is Allocate's: ErrAllocated when another owner
+// holds addr.
+func (a *Allocator) EnsureAllocated(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
+	if err := a.checkOpen(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if err := owner.Validate(); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	if rec, err := a.Get(ctx, addr); err == nil && rec.Parent == owner {
+		return rec, nil
+	} else if err != nil && !errors.Is(err, ErrNotFound) {
+		return ipaddress.IPAddress{}, err
+	}
+	rec, err := a.Allocate(ctx, addr, owner)
+	if errors.Is(err, ErrAllocated) {
+		// Another call for owner, at once, may have made it.
+		if got, gerr := a.Get(ctx, addr); gerr == nil && got.Parent == owner {
+			return got, nil
+		}
+	}
+	return rec, err
 }
 
 // heldOf returns the record of family f owner holds of lowest revision, if

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/netipam/netipam/allocator"
@@ -110,5 +112,84 @@ func TestEnsureNextCallsAtOnceForOneOwnerAgreeOnOneAddress(t *testing.T) {
 				return st, second, func() {}
 			})
 		})
+	}
+}
+
+// A static setup retried for one owner gets the record the first call
+// made, even once the address's CIDR is Terminating; another owner's
+// address is still ErrAllocated.
+func TestEnsureAllocatedGivesARetriedStaticSetupItsRecord(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/29"})
+	pod, addr := svc("pod"), ip("10.0.0.3")
+	first, err := a.EnsureAllocated(ctx, addr, pod)
+	if err != nil || first.Addr != addr || first.Parent != pod {
+		t.Fatalf("EnsureAllocated = %+v, %v", first, err)
+	}
+	if again, err := a.EnsureAllocated(ctx, addr, pod); err != nil || again != first {
+		t.Fatalf("EnsureAllocated again = %+v, %v; want %+v", again, err, first)
+	}
+	if _, err := a.EnsureAllocated(ctx, addr, svc("other")); !errors.Is(err, allocator.ErrAllocated) {
+		t.Fatalf("EnsureAllocated of %s for another owner = %v, want ErrAllocated", addr, err)
+	}
+	if err := a.DeleteCIDR(ctx, "c"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR holding %s = %v, want it blocked", addr, err)
+	}
+	if again, err := a.EnsureAllocated(ctx, addr, pod); err != nil || again != first {
+		t.Fatalf("EnsureAllocated in a Terminating CIDR, held = %+v, %v; want %+v", again, err, first)
+	}
+	if _, err := a.EnsureAllocated(ctx, ip("10.0.0.4"), pod); !errors.Is(err, allocator.ErrTerminating) {
+		t.Fatalf("EnsureAllocated of a free address in a Terminating CIDR = %v, want ErrTerminating", err)
+	}
+	for _, bad := range []struct {
+		addr  netip.Addr
+		owner ipaddress.ParentRef
+	}{{netip.Addr{}, pod}, {addr, ipaddress.ParentRef{Name: "no-resource"}}} {
+		if _, err := a.EnsureAllocated(ctx, bad.addr, bad.owner); !errors.Is(err, allocator.ErrInvalid) {
+			t.Errorf("EnsureAllocated(%v, %+v) = %v, want ErrInvalid", bad.addr, bad.owner, err)
+		}
+	}
+}
+
+// Calls at once for one owner and address, through two allocators sharing
+// a store (one on the remote path), all return the one record.
+func TestEnsureAllocatedCallsAtOnceAgreeOnOneRecord(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	var as []*allocator.Allocator
+	for _, s := range []store.Store{st, unlockedStore{st}} {
+		a, err := allocator.New(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		as = append(as, a)
+	}
+	c, err := as[0].CreateCIDR(ctx, "c", pfx("10.0.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := as[1].WaitRevision(ctx, c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	for trial := range 50 {
+		addr, pod := netip.AddrFrom4([4]byte{10, 0, 0, byte(trial + 1)}), svc(fmt.Sprintf("pod-%d", trial))
+		var wg sync.WaitGroup
+		got := make([]ipaddress.IPAddress, 6)
+		errs := make([]error, len(got))
+		start := make(chan struct{})
+		for i := range got {
+			wg.Go(func() {
+				<-start
+				got[i], errs[i] = as[i%2].EnsureAllocated(ctx, addr, pod)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i := range got {
+			if errs[i] != nil || got[i] != got[0] {
+				t.Fatalf("trial %d: call %d = %+v, %v; call 0 = %+v, %v", trial, i, got[i], errs[i], got[0], errs[0])
+			}
+		}
 	}
 }

@@ -534,6 +534,14 @@ func TestAllocatorBehavesAlikeOverEveryStore(t *testing.T) {
 					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
 				})
 			},
+			"ensureAllocated": func(rt *rapid.T) {
+				addr := rapid.SampledFrom(addrs).Draw(rt, "addr")
+				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
+				agreeStep(rt, ctx, bs, fmt.Sprintf("EnsureAllocated(%v, %s)", addr, describeOwner(o)), func(a *allocator.Allocator) string {
+					r, err := a.EnsureAllocated(ctx, addr, o)
+					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
+				})
+			},
 			"dryRunEnsureNext": func(rt *rapid.T) {
 				f := rapid.SampledFrom(families).Draw(rt, "family")
 				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")

@@ -53,7 +53,7 @@ var commands = []command{
 	{name: "cidr update", minArgs: 3, maxArgs: -1, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
 	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg, mustExist: true},
-	{name: "ip allocate", flags: []string{"family", "parent", "ensure"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual [--ensure]]", run: ipAllocate, parse: ipAllocateArgs},
+	{name: "ip allocate", flags: []string{"family", "parent", "ensure"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual] [--ensure]", run: ipAllocate, parse: ipAllocateArgs},
 	{name: "ip get", flags: []string{"parent", "cidr"}, maxArgs: 1, args: "[ADDR | --parent REF | --cidr NAME]", run: ipGet, parse: ipGetArgs, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs, mustExist: true},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
@@ -434,9 +434,6 @@ func ipAllocateArgs(e *env) error {
 	default:
 		e.in.families = fs
 	}
-	if e.cl.has("ensure") && len(e.in.addrs) == 1 {
-		return usageErrorf("ip allocate: --ensure goes with --family, not with an address")
-	}
 	e.in.ensure = e.cl.has("ensure")
 	return nil
 }
@@ -447,7 +444,11 @@ func ipAllocate(e *env) error {
 	switch fs := e.in.families; {
 	case len(e.in.addrs) == 1:
 		addr := e.in.addrs[0]
-		rec, err := e.a.Allocate(e.ctx, addr, ref)
+		allocate := e.a.Allocate
+		if e.in.ensure {
+			allocate = e.a.EnsureAllocated
+		}
+		rec, err := allocate(e.ctx, addr, ref)
 		if err != nil {
 			return fmt.Errorf("allocating %s: %w", addr, err)
 		}

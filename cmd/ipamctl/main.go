@@ -13,7 +13,9 @@
 //	ip allocate --family 4|6|dual --parent REF [--ensure]
 //	                                     allocate the next free address(es); with
 //	                                     --ensure, only for a family REF holds none of
-//	ip allocate ADDR --parent REF        allocate a given address
+//	ip allocate ADDR --parent REF [--ensure]
+//	                                     allocate a given address (--ensure: REF
+//	                                     holding it already is no error)
 //	ip get [ADDR | --parent REF | --cidr NAME]
 //	                                     list records, show one, those of one owner,
 //	                                     or those inside a CIDR
@@ -319,7 +321,9 @@ Commands:
   ip allocate --family 4|6|dual --parent REF [--ensure]
                                         allocate the next free address (of each family);
                                         --ensure: print the one REF holds, if it does
-  ip allocate ADDR --parent REF         allocate the given address
+  ip allocate ADDR --parent REF [--ensure]
+                                        allocate the given address; --ensure:
+                                        print it if REF holds it already
   ip get [ADDR | --parent REF | --cidr NAME]
                                         list address records, show one, an owner's,
                                         or those inside a CIDR
