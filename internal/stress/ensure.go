@@ -17,7 +17,9 @@ import (
 // allocators: calls for one owner and family made at once, through both,
 // all return one address, and the owner holds that one only. Each trial
 // starts callersPerOwner calls for each of a few owners and both families
-// together. open returns the two allocators' stores for one trial (the
+// together; and as many calls of allocator.EnsureAllocated for an address
+// of another owner's own (in the IPv6 lower band, which EnsureNext leaves
+// alone), which must all succeed with it. open returns the two allocators' stores for one trial (the
 // same one, or two clients of one etcd) and what closes them.
 func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial int) (st1, st2 store.Store, done func())) {
 	t.Helper()
@@ -50,8 +52,13 @@ func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial
 			mu   sync.Mutex
 			got  = map[key][]netip.Addr{}
 			wg   sync.WaitGroup
-			errs = make(chan error, owners*len(fams)*callersPerOwner)
+			errs = make(chan error, owners*(len(fams)+1)*callersPerOwner)
 		)
+		// The address of each static owner's EnsureAllocated calls.
+		static := func(o int) netip.Addr { return netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(2 + o)}) }
+		staticOwner := func(o int) ipaddress.ParentRef {
+			return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: fmt.Sprintf("trial%d-static%d", trial, o)}
+		}
 		start := make(chan struct{})
 		for o := range owners {
 			owner := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: fmt.Sprintf("trial%d-pod%d", trial, o)}
@@ -70,6 +77,16 @@ func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial
 						mu.Unlock()
 					})
 				}
+			}
+			for i := range callersPerOwner {
+				a := []*allocator.Allocator{a1, a2}[i%2]
+				wg.Go(func() {
+					<-start
+					rec, err := a.EnsureAllocated(ctx, static(o), staticOwner(o))
+					if err != nil || rec.Addr != static(o) || rec.Parent != staticOwner(o) {
+						errs <- fmt.Errorf("EnsureAllocated(%s, %s) = %s of %s, %w", static(o), staticOwner(o).Name, rec.Addr, rec.Parent, err)
+					}
+				})
 			}
 		}
 		close(start)
@@ -101,6 +118,12 @@ func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial
 			// A setup retried later gets it too.
 			if rec, err := a1.EnsureNext(ctx, k.fam, k.owner); err != nil || rec.Addr != addrs[0] {
 				t.Errorf("trial %d: EnsureNext(%v, %s) again = %s, %v; want %s", trial, k.fam, k.owner.Name, rec.Addr, err, addrs[0])
+			}
+		}
+		for o := range owners {
+			held, err := a1.AddressesOf(ctx, staticOwner(o))
+			if err != nil || len(held) != 1 || held[0].Addr != static(o) {
+				t.Errorf("trial %d: %s holds %v, %v after its EnsureAllocated calls; want %s only", trial, staticOwner(o).Name, held, err, static(o))
 			}
 		}
 		if err := a1.Close(); err != nil {
