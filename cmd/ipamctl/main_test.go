@@ -432,17 +432,18 @@ func TestIPAllocateEnsureGivesARetriedRunTheSameAddresses(t *testing.T) {
 	if len(held.Items) != 2 {
 		t.Errorf("the owner holds %+v after every --ensure: want its pair only", held.Items)
 	}
-	// A static address: REF holding it already is no error; another owner
-	// still is.
-	static := []string{"ip", "allocate", "10.0.0.3", "--parent", "pods/default/b", "--ensure"}
+	// A static address (of a CIDR the dynamic runs above left alone): REF
+	// holding it already is no error; another owner still is.
+	c.ok("cidr", "create", "static", "10.1.0.0/29")
+	static := []string{"ip", "allocate", "10.1.0.3", "--parent", "pods/default/b", "--ensure"}
 	var made, kept ipObject
 	c.json(&made, static...)
 	c.json(&kept, static...)
-	if made.Name != "10.0.0.3" || kept.Name != made.Name || !kept.Created.Equal(made.Created) {
+	if made.Name != "10.1.0.3" || kept.Name != made.Name || !kept.Created.Equal(made.Created) {
 		t.Errorf("a static --ensure twice: %+v, then %+v", made, kept)
 	}
 	c.fail(exitConflict, "already allocated", static[:len(static)-1]...) // without --ensure
-	c.fail(exitConflict, "already allocated", "ip", "allocate", "10.0.0.3", "--parent", "pods/default/c", "--ensure")
+	c.fail(exitConflict, "already allocated", "ip", "allocate", "10.1.0.3", "--parent", "pods/default/c", "--ensure")
 }
 
 func TestOwnerWideGetAndRelease(t *testing.T) {
