@@ -871,7 +871,7 @@ func (a *Allocator) unpendLocked(cs []choice) {
 			a.pending = a.pending[:len(a.pending)-1]
 		}
 	}
-	if a.inFlightWait != nil {
+	if a.inFlightWaiters > 0 && a.inFlightWait != nil {
 		close(a.inFlightWait)
 		a.inFlightWait = nil
 	}

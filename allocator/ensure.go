@@ -55,11 +55,10 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 	if err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	held, err := a.AddressesOf(ctx, owner)
+	first, ok, err := a.heldOf(ctx, f, owner)
 	if err != nil {
 		return ipaddress.IPAddress{}, fmt.Errorf("allocated %s to %s, then reading its addresses back: %w", mine.Addr, owner, err)
 	}
-	first, ok := oldestOf(held, f)
 	if !ok {
 		// None: mine was released since by someone else, as it could
 		// have been a moment after this call returned.
