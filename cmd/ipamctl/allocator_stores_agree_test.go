@@ -518,27 +518,16 @@ func TestAllocatorBehavesAlikeOverEveryStore(t *testing.T) {
 					return describeErr(a.DeleteCIDR(ctx, name))
 				})
 			},
+			// AllocateNext, or EnsureNext (the same arguments and answer).
 			"allocateNext": func(rt *rapid.T) {
 				f := rapid.SampledFrom(families).Draw(rt, "family")
 				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
-				agreeStep(rt, ctx, bs, fmt.Sprintf("AllocateNext(%v, %s)", f, describeOwner(o)), func(a *allocator.Allocator) string {
-					r, err := a.AllocateNext(ctx, f, o)
-					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
-				})
-			},
-			"ensureNext": func(rt *rapid.T) {
-				f := rapid.SampledFrom(families).Draw(rt, "family")
-				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
-				agreeStep(rt, ctx, bs, fmt.Sprintf("EnsureNext(%v, %s)", f, describeOwner(o)), func(a *allocator.Allocator) string {
-					r, err := a.EnsureNext(ctx, f, o)
-					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
-				})
-			},
-			"ensureAllocated": func(rt *rapid.T) {
-				addr := rapid.SampledFrom(addrs).Draw(rt, "addr")
-				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
-				agreeStep(rt, ctx, bs, fmt.Sprintf("EnsureAllocated(%v, %s)", addr, describeOwner(o)), func(a *allocator.Allocator) string {
-					r, err := a.EnsureAllocated(ctx, addr, o)
+				name, next := "AllocateNext", (*allocator.Allocator).AllocateNext
+				if rapid.Bool().Draw(rt, "ensure") {
+					name, next = "EnsureNext", (*allocator.Allocator).EnsureNext
+				}
+				agreeStep(rt, ctx, bs, fmt.Sprintf("%s(%v, %s)", name, f, describeOwner(o)), func(a *allocator.Allocator) string {
+					r, err := next(a, ctx, f, o)
 					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
 				})
 			},
@@ -550,11 +539,16 @@ func TestAllocatorBehavesAlikeOverEveryStore(t *testing.T) {
 					return fmt.Sprintf("%v %s", addr, describeErr(err))
 				})
 			},
+			// Allocate, or EnsureAllocated (the same arguments and answer).
 			"allocate": func(rt *rapid.T) {
 				addr := rapid.SampledFrom(addrs).Draw(rt, "addr")
 				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
-				agreeStep(rt, ctx, bs, fmt.Sprintf("Allocate(%v, %s)", addr, describeOwner(o)), func(a *allocator.Allocator) string {
-					r, err := a.Allocate(ctx, addr, o)
+				name, allocate := "Allocate", (*allocator.Allocator).Allocate
+				if rapid.Bool().Draw(rt, "ensure") {
+					name, allocate = "EnsureAllocated", (*allocator.Allocator).EnsureAllocated
+				}
+				agreeStep(rt, ctx, bs, fmt.Sprintf("%s(%v, %s)", name, addr, describeOwner(o)), func(a *allocator.Allocator) string {
+					r, err := allocate(a, ctx, addr, o)
 					return fmt.Sprintf("%s %s", describeRec(r), describeErr(err))
 				})
 			},
