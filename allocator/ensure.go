@@ -43,6 +43,12 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 	if rec, held, err := a.heldOf(ctx, f, owner); err != nil || held {
 		return rec, err
 	}
+	return a.ensureMissing(ctx, f, owner)
+}
+
+// ensureMissing is EnsureNext past its first read, which found owner
+// holding no address of f.
+func (a *Allocator) ensureMissing(ctx context.Context, f ipaddress.Family, owner ipaddress.ParentRef) (ipaddress.IPAddress, error) {
 	mine, err := a.AllocateNext(ctx, f, owner)
 	if errors.Is(err, ErrFull) {
 		// Another call for owner, at once, may have taken the last free
@@ -55,10 +61,95 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 	if err != nil {
 		return ipaddress.IPAddress{}, err
 	}
-	first, ok, err := a.heldOf(ctx, f, owner)
+	recs, err := a.AddressesOf(ctx, owner)
 	if err != nil {
 		return ipaddress.IPAddress{}, fmt.Errorf("allocated %s to %s, then reading its addresses back: %w", mine.Addr, owner, err)
 	}
+	return a.keepFirst(ctx, owner, mine, recs)
+}
+
+// EnsureDualStack returns owner's IPv4 and IPv6 addresses, allocating the
+// ones it lacks: a dual-stack setup retried for one owner gets the pair
+// the first call gave. When owner holds neither, the pair is allocated as
+// AllocateDualStack allocates it, both or neither. When owner holds one,
+// only the other family's is allocated, as EnsureNext allocates it; should
+// that fail, the one held is returned with the error and stays held (this
+// call did not make it). When owner holds both, nothing is allocated; of
+// several of a family, the one of lowest revision is returned.
+//
+// Calls for one owner made at once, here or in other processes sharing the
+// store, agree as EnsureNext's do, family by family: each call that
+// allocated reads the owner's records back, returns the record of lowest
+// revision (then lowest address) of each family, and gives back what it
+// made that is not one of them. A pair is written in one revision and read
+// whole, so calls that each allocated a pair agree on one of the pairs. A
+// call that finds a family full reads the owner's records again, once:
+// another call at once may have taken the last free address for owner.
+//
+// On any other error, nothing returned, and nothing this call allocated is
+// known to be given back: a call again returns the owner's pair, and
+// ReleaseOwner releases all it holds. An invalid owner is refused
+// (ErrInvalid) before anything is read.
+func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentRef) (ipv4, ipv6 ipaddress.IPAddress, err error) {
+	var none ipaddress.IPAddress
+	if err := a.checkOpen(); err != nil {
+		return none, none, err
+	}
+	for reread := false; ; reread = true {
+		recs, err := a.AddressesOf(ctx, owner) // validates owner
+		if err != nil {
+			return none, none, err
+		}
+		held4, has4 := oldestOf(recs, ipaddress.IPv4)
+		held6, has6 := oldestOf(recs, ipaddress.IPv6)
+		switch {
+		case has4 && has6:
+			return held4, held6, nil
+		case has4:
+			rec, err := a.ensureMissing(ctx, ipaddress.IPv6, owner)
+			if err != nil {
+				return held4, none, fmt.Errorf("%s holds %s; allocating its IPv6 address: %w", owner, held4.Addr, err)
+			}
+			return held4, rec, nil
+		case has6:
+			rec, err := a.ensureMissing(ctx, ipaddress.IPv4, owner)
+			if err != nil {
+				return none, held6, fmt.Errorf("%s holds %s; allocating its IPv4 address: %w", owner, held6.Addr, err)
+			}
+			return rec, held6, nil
+		}
+		mine4, mine6, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
+		if errors.Is(err, ErrFull) && !reread {
+			// Another call for owner, at once, may have taken the last
+			// free address of a family since the read: then owner holds
+			// it, and needs the other family's at most.
+			continue
+		}
+		if err != nil {
+			return none, none, err
+		}
+		recs, err = a.AddressesOf(ctx, owner)
+		if err != nil {
+			return none, none, fmt.Errorf("allocated %s and %s to %s, then reading its addresses back: %w", mine4.Addr, mine6.Addr, owner, err)
+		}
+		// The second family is settled even when the first fails: a
+		// loser's address is given back whenever it can be.
+		ipv4, err4 := a.keepFirst(ctx, owner, mine4, recs)
+		ipv6, err6 := a.keepFirst(ctx, owner, mine6, recs)
+		if err := errors.Join(err4, err6); err != nil {
+			return none, none, err
+		}
+		return ipv4, ipv6, nil
+	}
+}
+
+// keepFirst returns the record calls for owner at once agree on, in the
+// family of mine, which this call allocated to owner: the one of lowest
+// revision (then lowest address) in recs, owner's records read after the
+// allocation. It gives mine back if it is not that one, unless it changed
+// since (then it is no longer this call's to release).
+func (a *Allocator) keepFirst(ctx context.Context, owner ipaddress.ParentRef, mine ipaddress.IPAddress, recs []ipaddress.IPAddress) (ipaddress.IPAddress, error) {
+	first, ok := oldestOf(recs, ipaddress.FamilyOf(mine.Addr))
 	if !ok {
 		// None: mine was released since by someone else, as it could
 		// have been a moment after this call returned.
@@ -69,8 +160,7 @@ func (a *Allocator) EnsureNext(ctx context.Context, f ipaddress.Family, owner ip
 		// allocated anew): the record owner holds, of its revision.
 		return first, nil
 	}
-	// Another call for owner got there first: give mine back, unless it
-	// changed since (then it is no longer this call's to release).
+	// Another call for owner got there first.
 	if err := a.ReleaseAt(ctx, mine.Addr, mine.Revision); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
 		return ipaddress.IPAddress{}, fmt.Errorf("%s holds %s already; giving back %s, allocated to it meanwhile: %w", owner, first.Addr, mine.Addr, err)
 	}

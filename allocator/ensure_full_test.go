@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +45,21 @@ func (s *readBarrierStore) AddressesOf(ctx context.Context, owner ipaddress.Pare
 	return recs, err
 }
 
+// barrierAllocator is an allocator over a readBarrierStore holding its
+// first two AddressesOf calls, serving one CIDR "c" of prefixes.
+func barrierAllocator(t *testing.T, ctx context.Context, prefixes ...netip.Prefix) *allocator.Allocator {
+	t.Helper()
+	a, err := allocator.New(ctx, newReadBarrierStore(memory.New(), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, err := a.CreateCIDR(ctx, "c", prefixes...); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // Two calls at once for one owner when one address of the family is left:
 // both find the owner holding none, one allocates the last address, and
 // the other's allocation finds the family full. The owner holds an address
@@ -52,15 +68,7 @@ func (s *readBarrierStore) AddressesOf(ctx context.Context, owner ipaddress.Pare
 func TestEnsureNextCallsAtOnceForTheLastAddressBothGetIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
 	defer cancel()
-	st := newReadBarrierStore(memory.New(), 2)
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.CreateCIDR(ctx, "c", pfx("10.0.0.0/30")); err != nil { // .1 and .2
-		t.Fatal(err)
-	}
+	a := barrierAllocator(t, ctx, pfx("10.0.0.0/30")) // .1 and .2
 	// The barrier's two calls are the EnsureNext calls' first reads:
 	// fill the /30 but one address past the store's AddressesOf.
 	if _, err := a.Allocate(ctx, ip("10.0.0.1"), svc("fill")); err != nil {
@@ -152,5 +160,42 @@ func TestEnsureNextReturnsTheRecordTheOwnerHoldsNotTheOneItMade(t *testing.T) {
 	}
 	if err := a.ReleaseAt(ctx, rec.Addr, rec.Revision); err != nil {
 		t.Errorf("ReleaseAt of what EnsureNext returned: %v", err)
+	}
+}
+
+// Two dual-stack calls at once for one owner when one IPv6 address is
+// left: both find the owner holding nothing, one allocates the pair, and
+// the other's pair finds IPv6 full. The owner holds a pair all the same,
+// which both calls must return.
+func TestEnsureDualStackCallsAtOnceForTheLastAddressBothGetThePair(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
+	defer cancel()
+	a := barrierAllocator(t, ctx, pfx("10.0.0.0/28"), pfx("fd00::/126")) // fd00::1 to ::3
+	for _, addr := range []string{"fd00::1", "fd00::2"} {
+		if _, err := a.Allocate(ctx, ip(addr), svc("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := svc("pod")
+	var (
+		wg         sync.WaitGroup
+		got4, got6 [2]ipaddress.IPAddress
+		errs       [2]error
+	)
+	for i := range errs {
+		wg.Go(func() { got4[i], got6[i], errs[i] = a.EnsureDualStack(ctx, pod) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v; the other call returned %s and %s", i, err, got4[1-i].Addr, got6[1-i].Addr)
+		}
+	}
+	if got4[0] != got4[1] || got6[0] != got6[1] || got6[0].Addr != ip("fd00::3") {
+		t.Errorf("calls at once returned %s, %s and %s, %s: want one pair, with fd00::3", got4[0].Addr, got6[0].Addr, got4[1].Addr, got6[1].Addr)
+	}
+	held, err := a.AddressesOf(ctx, pod)
+	if err != nil || len(held) != 2 {
+		t.Errorf("the owner holds %v, %v; want its pair only", held, err)
 	}
 }

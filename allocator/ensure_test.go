@@ -193,3 +193,110 @@ func TestEnsureAllocatedCallsAtOnceAgreeOnOneRecord(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack setup retried for one owner gets the pair the first call
+// gave; an owner holding one family's address gets it and a new one of
+// the other; an owner holding both, more than one of a family among them,
+// gets its oldest of each and nothing more is allocated.
+func TestEnsureDualStackGivesARetriedSetupItsPair(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/28,fd00::/124"})
+	pod := svc("pod")
+	v4, v6, err := a.EnsureDualStack(ctx, pod)
+	if err != nil || !v4.Addr.Is4() || !v6.Addr.Is6() || v4.Parent != pod || v6.Parent != pod {
+		t.Fatalf("EnsureDualStack = %+v, %+v, %v", v4, v6, err)
+	}
+	if again4, again6, err := a.EnsureDualStack(ctx, pod); err != nil || again4 != v4 || again6 != v6 {
+		t.Fatalf("EnsureDualStack again = %+v, %+v, %v; want %+v, %+v", again4, again6, err, v4, v6)
+	}
+	if recs, err := a.AddressesOf(ctx, pod); err != nil || len(recs) != 2 {
+		t.Fatalf("the owner holds %v, %v after a call and its retry: want its pair only", recs, err)
+	}
+	for i, f := range []ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6} {
+		half := svc(fmt.Sprintf("half-%d", i))
+		held, err := a.EnsureNext(ctx, f, half)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g4, g6, err := a.EnsureDualStack(ctx, half)
+		if err != nil {
+			t.Fatalf("EnsureDualStack for an owner holding %s only: %v", held.Addr, err)
+		}
+		kept, other := g4, g6
+		if f == ipaddress.IPv6 {
+			kept, other = g6, g4
+		}
+		if kept != held || !other.Addr.IsValid() || ipaddress.FamilyOf(other.Addr) == f {
+			t.Errorf("EnsureDualStack for an owner holding %s only = %s, %s; want it and one of the other family", held.Addr, g4.Addr, g6.Addr)
+		}
+	}
+	extra := mustNext(t, a, ipaddress.IPv4, "pod")
+	if got4, got6, err := a.EnsureDualStack(ctx, pod); err != nil || got4 != v4 || got6 != v6 {
+		t.Fatalf("EnsureDualStack for an owner holding %s, %s and %s = %+v, %+v, %v; want the oldest of each", v4.Addr, extra, v6.Addr, got4, got6, err)
+	}
+	if recs, err := a.AddressesOf(ctx, pod); err != nil || len(recs) != 3 {
+		t.Fatalf("the owner holds %v, %v: want the 3 addresses it had", recs, err)
+	}
+}
+
+// Both or neither: an owner holding no address gets no pair when one
+// family is full, and nothing of the other family is taken; an owner
+// holding one family's address keeps it when the other's fails, and gets
+// it back with the error.
+func TestEnsureDualStackAllocatesBothOrNeither(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/28,fd00::/125"})
+	half, err := a.EnsureNext(ctx, ipaddress.IPv4, svc("half"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := a.AllocateNext(ctx, ipaddress.IPv6, svc(fmt.Sprintf("fill-%d", i))); errors.Is(err, allocator.ErrFull) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	used4 := a.FamilyUsage(ipaddress.IPv4).Used.String()
+	if v4, v6, err := a.EnsureDualStack(ctx, svc("late")); !errors.Is(err, allocator.ErrFull) || v4.Addr.IsValid() || v6.Addr.IsValid() {
+		t.Errorf("EnsureDualStack with IPv6 full = %s, %s, %v; want ErrFull and nothing", v4.Addr, v6.Addr, err)
+	}
+	if recs, err := a.AddressesOf(ctx, svc("late")); err != nil || len(recs) != 0 {
+		t.Errorf("after a failed EnsureDualStack the owner holds %v, %v; want nothing", recs, err)
+	}
+	if got := a.FamilyUsage(ipaddress.IPv4).Used.String(); got != used4 {
+		t.Errorf("IPv4 used %s after a failed EnsureDualStack, %s before", got, used4)
+	}
+	v4, v6, err := a.EnsureDualStack(ctx, svc("half"))
+	if !errors.Is(err, allocator.ErrFull) || v4 != half || v6.Addr.IsValid() {
+		t.Errorf("EnsureDualStack with IPv6 full for an owner holding %s = %s, %s, %v; want it back, with ErrFull", half.Addr, v4.Addr, v6.Addr, err)
+	}
+	if recs, err := a.AddressesOf(ctx, svc("half")); err != nil || len(recs) != 1 || recs[0] != half {
+		t.Errorf("the owner holds %v, %v; want %s still", recs, err, half.Addr)
+	}
+	if _, _, err := a.EnsureDualStack(ctx, ipaddress.ParentRef{Name: "no-resource"}); !errors.Is(err, allocator.ErrInvalid) {
+		t.Errorf("EnsureDualStack for an invalid owner = %v, want ErrInvalid", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.EnsureDualStack(ctx, svc("half")); !errors.Is(err, allocator.ErrClosed) {
+		t.Errorf("EnsureDualStack after Close = %v, want ErrClosed", err)
+	}
+	if _, _, err := new(allocator.Allocator).EnsureDualStack(ctx, svc("half")); !errors.Is(err, allocator.ErrClosed) {
+		t.Errorf("EnsureDualStack on the zero Allocator = %v, want ErrClosed", err)
+	}
+}
+
+// With no IPv6 CIDR, an owner holding nothing gets nothing, and the
+// family's error says why.
+func TestEnsureDualStackWithOneFamilyServedAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, []string{"c=10.0.0.0/28"})
+	if _, _, err := a.EnsureDualStack(ctx, svc("pod")); !errors.Is(err, allocator.ErrMismatch) {
+		t.Errorf("EnsureDualStack with no IPv6 CIDR = %v, want ErrMismatch", err)
+	}
+	if u := a.FamilyUsage(ipaddress.IPv4).Used.String(); u != "0" {
+		t.Errorf("IPv4 used %s after EnsureDualStack failed on IPv6", u)
+	}
+}

@@ -164,6 +164,30 @@ func ExampleAllocator_EnsureNext() {
 	// [10.244.0.17]
 }
 
+// A dual-stack pod's setup, retried: the pair is allocated once, both or
+// neither, and a retry gets the same pair. A pod whose earlier setup got
+// only its IPv4 address (before the IPv6 CIDR existed) keeps it and gets
+// an IPv6 address to go with it.
+func ExampleAllocator_EnsureDualStack() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "pods-v4", netip.MustParsePrefix("10.244.0.0/24"))
+	early := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: "early"}
+	a.EnsureNext(ctx, ipaddress.IPv4, early)
+	a.CreateCIDR(ctx, "pods-v6", netip.MustParsePrefix("fd00:10:244::/112"))
+	pod := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: "web-0"}
+
+	v4, v6, _ := a.EnsureDualStack(ctx, pod)
+	again4, again6, _ := a.EnsureDualStack(ctx, pod) // the ADD, again
+	fmt.Println(v4.Addr, v6.Addr, again4.Addr == v4.Addr && again6.Addr == v6.Addr)
+	v4, v6, _ = a.EnsureDualStack(ctx, early)
+	fmt.Println(v4.Addr, v6.Addr)
+	// Output:
+	// 10.244.0.18 fd00:10:244::101 true
+	// 10.244.0.17 fd00:10:244::102
+}
+
 // A policy of one's own: here the longest prefix serves first, so that
 // small CIDRs fill before a large one is touched.
 func ExamplePolicyFunc() {

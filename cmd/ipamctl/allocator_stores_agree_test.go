@@ -568,6 +568,14 @@ func TestAllocatorBehavesAlikeOverEveryStore(t *testing.T) {
 					v6 = rapid.SampledFrom(addrs).Draw(rt, "v6")
 				}
 				o := rapid.SampledFrom(agreeOwners).Draw(rt, "owner")
+				// With no static address, EnsureDualStack may stand in.
+				if !v4.IsValid() && !v6.IsValid() && rapid.Bool().Draw(rt, "ensure") {
+					agreeStep(rt, ctx, bs, fmt.Sprintf("EnsureDualStack(%s)", describeOwner(o)), func(a *allocator.Allocator) string {
+						r4, r6, err := a.EnsureDualStack(ctx, o)
+						return fmt.Sprintf("%s %s %s", describeRec(r4), describeRec(r6), describeErr(err))
+					})
+					return
+				}
 				agreeStep(rt, ctx, bs, fmt.Sprintf("AllocateDualStack(%s, %v, %v)", describeOwner(o), v4, v6), func(a *allocator.Allocator) string {
 					r4, r6, err := a.AllocateDualStack(ctx, o, v4, v6)
 					return fmt.Sprintf("%s %s %s", describeRec(r4), describeRec(r6), describeErr(err))

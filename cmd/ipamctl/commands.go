@@ -453,19 +453,21 @@ func ipAllocate(e *env) error {
 			return fmt.Errorf("allocating %s: %w", addr, err)
 		}
 		recs = append(recs, rec)
-	case e.in.ensure:
-		// Each family on its own: a second one failing leaves the first,
-		// which the same command, run again, keeps.
-		for _, f := range fs {
-			rec, err := e.a.EnsureNext(e.ctx, f, ref)
-			if err != nil {
-				if len(recs) > 0 {
-					fmt.Fprintf(e.stderr, "ipamctl: %s holds %s; not the %s address\n", ref, recs[0].Addr, f)
-				}
-				return fmt.Errorf("ensuring an %s address: %w", f, err)
-			}
-			recs = append(recs, rec)
+	case e.in.ensure && len(fs) == 1:
+		rec, err := e.a.EnsureNext(e.ctx, fs[0], ref)
+		if err != nil {
+			return fmt.Errorf("ensuring an %s address: %w", fs[0], err)
 		}
+		recs = append(recs, rec)
+	case e.in.ensure:
+		// The pair when REF holds neither, both or none; when it holds
+		// one, that one stays whatever becomes of the other, and the
+		// error names it.
+		v4, v6, err := e.a.EnsureDualStack(e.ctx, ref)
+		if err != nil {
+			return fmt.Errorf("ensuring a dual-stack pair: %w", err)
+		}
+		recs = append(recs, v4, v6)
 	case len(fs) == 1:
 		rec, err := e.a.AllocateNext(e.ctx, fs[0], ref)
 		if err != nil {

@@ -402,7 +402,8 @@ func TestFamilyFlagReadsAlikeWithAndWithoutAnAddress(t *testing.T) {
 }
 
 // ip allocate --ensure, run again, prints the address REF holds of each
-// family, allocating nothing more; with dual, each family on its own.
+// family, allocating nothing more; with dual, a REF holding neither gets
+// both or neither, and one holding one keeps it.
 func TestIPAllocateEnsureGivesARetriedRunTheSameAddresses(t *testing.T) {
 	c := newBoltCLI(t)
 	c.ok("cidr", "create", "v4", "10.0.0.0/29")
@@ -413,10 +414,17 @@ func TestIPAllocateEnsureGivesARetriedRunTheSameAddresses(t *testing.T) {
 	if first.Name == "" || again.Name != first.Name {
 		t.Fatalf("--ensure twice: %s, then %s; want one address", first.Name, again.Name)
 	}
-	// No IPv6 CIDR yet: the IPv4 address stands, and stderr says so.
+	// No IPv6 CIDR yet: the IPv4 address stands, and stderr says so; an
+	// owner holding none gets none.
 	r := c.fail(exitUsage, "does not match the current range", append(ensure, "dual")...)
-	if want := "pods/default/a holds " + first.Name + "; not the IPv6 address"; !strings.Contains(r.stderr, want) {
+	if want := "pods/default/a holds " + first.Name + "; allocating its IPv6 address"; !strings.Contains(r.stderr, want) {
 		t.Errorf("dual, no IPv6 CIDR: stderr %q, want it to say %q", r.stderr, want)
+	}
+	c.fail(exitUsage, "does not match the current range", "ip", "allocate", "--parent", "pods/default/none", "--ensure", "--family", "dual")
+	var none list[ipObject]
+	c.json(&none, "ip", "get", "--parent", "pods/default/none")
+	if len(none.Items) != 0 {
+		t.Errorf("dual --ensure failed on IPv6, yet the owner holds %+v", none.Items)
 	}
 	c.ok("cidr", "create", "v6", "fd00::/125")
 	var pair, held list[ipObject]

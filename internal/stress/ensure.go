@@ -17,9 +17,12 @@ import (
 // allocators: calls for one owner and family made at once, through both,
 // all return one address, and the owner holds that one only. Each trial
 // starts callersPerOwner calls for each of a few owners and both families
-// together; and as many calls of allocator.EnsureAllocated for an address
-// of another owner's own (in the IPv6 lower band, which EnsureNext leaves
-// alone), which must all succeed with it. open returns the two allocators' stores for one trial (the
+// together; as many calls of allocator.EnsureDualStack for each of a few
+// other owners, one of each owner's calls being EnsureNext of one family
+// instead, so that a pair and a lone address race; and as many calls of
+// allocator.EnsureAllocated for an address of another owner's own (in the
+// IPv6 lower band, which EnsureNext leaves alone), which must all succeed
+// with it. open returns the two allocators' stores for one trial (the
 // same one, or two clients of one etcd) and what closes them.
 func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial int) (st1, st2 store.Store, done func())) {
 	t.Helper()
@@ -52,7 +55,7 @@ func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial
 			mu   sync.Mutex
 			got  = map[key][]netip.Addr{}
 			wg   sync.WaitGroup
-			errs = make(chan error, owners*(len(fams)+1)*callersPerOwner)
+			errs = make(chan error, owners*(len(fams)+2)*callersPerOwner)
 		)
 		// The address of each static owner's EnsureAllocated calls.
 		static := func(o int) netip.Addr { return netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(2 + o)}) }
@@ -77,6 +80,36 @@ func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial
 						mu.Unlock()
 					})
 				}
+			}
+			dual := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: fmt.Sprintf("trial%d-dual%d", trial, o)}
+			for i := range callersPerOwner {
+				a := []*allocator.Allocator{a1, a2}[i%2]
+				wg.Go(func() {
+					<-start
+					var recs []ipaddress.IPAddress
+					if i == callersPerOwner-1 {
+						f := fams[o%2]
+						rec, err := a.EnsureNext(ctx, f, dual)
+						if err != nil {
+							errs <- fmt.Errorf("EnsureNext(%v, %s): %w", f, dual.Name, err)
+							return
+						}
+						recs = append(recs, rec)
+					} else {
+						v4, v6, err := a.EnsureDualStack(ctx, dual)
+						if err != nil {
+							errs <- fmt.Errorf("EnsureDualStack(%s): %w", dual.Name, err)
+							return
+						}
+						recs = append(recs, v4, v6)
+					}
+					mu.Lock()
+					for _, r := range recs {
+						k := key{dual, ipaddress.FamilyOf(r.Addr)}
+						got[k] = append(got[k], r.Addr)
+					}
+					mu.Unlock()
+				})
 			}
 			for i := range callersPerOwner {
 				a := []*allocator.Allocator{a1, a2}[i%2]
