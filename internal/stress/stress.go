@@ -599,14 +599,32 @@ func (h *Harness) step(ctx context.Context, rng *rand.Rand) {
 			h.violate("EnsureDefaultEnsures", "EnsureDefault(%v): %v", ps, err)
 		}
 	case "ensureNext":
-		// Few owners, emptied now and then, so that EnsureNext allocates
-		// again and not only returns what the owner holds. (Calls at once
+		// Few owners, emptied now and then, so that EnsureNext and
+		// EnsureDualStack allocate again and not only return what the
+		// owner holds. (Calls at once
 		// for an owner holding none are stress.EnsureNextAgrees' to meet:
 		// here they seldom do.)
 		owner := ensureOwner(rng.IntN(2))
 		if rng.IntN(4) == 0 {
 			_, err := a.ReleaseOwner(ctx, owner)
 			h.typed("ensureNext-release", err)
+			return
+		}
+		if rng.IntN(3) == 0 {
+			v4, v6, err := a.EnsureDualStack(ctx, owner)
+			h.typed("ensureDualStack", err, allocator.ErrFull, allocator.ErrMismatch)
+			if err != nil {
+				if !errors.Is(err, allocator.ErrFull) && !errors.Is(err, allocator.ErrMismatch) {
+					h.mu.Lock()
+					h.unsure[ensureKey{owner.Name, ipaddress.IPv4}] = true
+					h.unsure[ensureKey{owner.Name, ipaddress.IPv6}] = true
+					h.mu.Unlock()
+				}
+				return
+			}
+			if !v4.Addr.Is4() || !v6.Addr.Is6() || v4.Parent != owner || v6.Parent != owner {
+				h.violate("EnsureDualStackGivesTheOwnersPair", "EnsureDualStack(%s) returned %s of %s and %s of %s", owner.Name, v4.Addr, v4.Parent, v6.Addr, v6.Parent)
+			}
 			return
 		}
 		f := []ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6}[rng.IntN(2)]
