@@ -86,10 +86,11 @@ func (a *Allocator) ensureMissing(ctx context.Context, f ipaddress.Family, owner
 // call that finds a family full reads the owner's records again, once:
 // another call at once may have taken the last free address for owner.
 //
-// On any other error, nothing returned, and nothing this call allocated is
-// known to be given back: a call again returns the owner's pair, and
-// ReleaseOwner releases all it holds. An invalid owner is refused
-// (ErrInvalid) before anything is read.
+// On an error, both results are zero but for the one held, above, and
+// nothing this call allocated is known to be given back: owner may hold
+// a pair all the same, which a call again returns; ReleaseOwner releases
+// all it holds. An invalid owner is refused (ErrInvalid) before anything
+// is read.
 func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentRef) (ipv4, ipv6 ipaddress.IPAddress, err error) {
 	var none ipaddress.IPAddress
 	if err := a.checkOpen(); err != nil {
