@@ -85,6 +85,7 @@ func (a *Allocator) ensureMissing(ctx context.Context, f ipaddress.Family, owner
 // whole, so calls that each allocated a pair agree on one of the pairs. A
 // call that finds a family full reads the owner's records again, once:
 // another call at once may have taken the last free address for owner.
+// Holding neither still, it answers ErrFull, and allocates no second time.
 //
 // On an error, both results are zero but for the one held, above, and
 // nothing this call allocated is known to be given back: owner may hold
@@ -96,7 +97,8 @@ func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentR
 	if err := a.checkOpen(); err != nil {
 		return none, none, err
 	}
-	for reread := false; ; reread = true {
+	var full error // the pair's ErrFull, once owner's records are read again
+	for {
 		recs, err := a.AddressesOf(ctx, owner) // validates owner
 		if err != nil {
 			return none, none, err
@@ -119,11 +121,19 @@ func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentR
 			}
 			return rec, held6, nil
 		}
+		if full != nil {
+			// Read again after ErrFull, and owner holds nothing still.
+			// Not allocated again: a second ErrFull would have no read
+			// after it, and a pair another call made meanwhile for owner,
+			// which that ErrFull may be owed to, would go unseen.
+			return none, none, full
+		}
 		mine4, mine6, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
-		if errors.Is(err, ErrFull) && !reread {
+		if errors.Is(err, ErrFull) {
 			// Another call for owner, at once, may have taken the last
 			// free address of a family since the read: then owner holds
 			// it, and needs the other family's at most.
+			full = err
 			continue
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -197,5 +198,81 @@ func TestEnsureDualStackCallsAtOnceForTheLastAddressBothGetThePair(t *testing.T)
 	held, err := a.AddressesOf(ctx, pod)
 	if err != nil || len(held) != 2 {
 		t.Errorf("the owner holds %v, %v; want its pair only", held, err)
+	}
+}
+
+// createHookStore runs before, once, ahead of its nth CreateAddresses.
+type createHookStore struct {
+	store.Store
+	nth    int32
+	calls  atomic.Int32
+	before func(ctx context.Context)
+}
+
+func (s *createHookStore) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	if s.calls.Add(1) == s.nth {
+		s.before(ctx)
+	}
+	return s.Store.CreateAddresses(ctx, recs, fences...)
+}
+
+// A dual-stack call whose pair finds IPv6 full reads the owner's records
+// again, and finding none there answers ErrFull: it allocates no second
+// time. A second pair allocated after that read, were it to find IPv6
+// full again (an address freed meanwhile, then taken by another call for
+// the owner first), would have no read after it: the call would fail
+// while the owner holds the other call's pair, written before it failed.
+func TestEnsureDualStackAnswersErrFullOnlyAfterReadingTheOwnerAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
+	defer cancel()
+	mem := memory.New()
+	other, err := allocator.New(ctx, mem) // another process's allocator
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.CreateCIDR(ctx, "c", pfx("10.0.0.0/28"), pfx("fd00::/126")); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"fd00::1", "fd00::2", "fd00::3"} { // IPv6 full
+		if _, err := other.Allocate(ctx, ip(addr), svc("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := svc("pod")
+	var (
+		theirs4, theirs6 ipaddress.IPAddress
+		theirErr         error
+	)
+	// The call's second read is the one after its pair found IPv6 full:
+	// fd00::3 is freed before it, by someone else.
+	reads := &hookStore{Store: mem, nth: 2, before: func(ctx context.Context) {
+		if err := other.Release(ctx, ip("fd00::3")); err != nil {
+			t.Error(err)
+		}
+	}}
+	// A create after that read: another call for pod takes fd00::3 first.
+	st := &createHookStore{Store: reads, nth: 1, before: func(ctx context.Context) {
+		theirs4, theirs6, theirErr = other.EnsureDualStack(ctx, pod)
+	}}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	v4, v6, err := a.EnsureDualStack(ctx, pod)
+	held, herr := a.AddressesOf(ctx, pod)
+	if herr != nil {
+		t.Fatal(herr)
+	}
+	switch {
+	case errors.Is(err, allocator.ErrFull):
+		if len(held) != 0 {
+			t.Errorf("EnsureDualStack = %v, yet the owner holds %v: the pair of a call at once (%s, %s, %v), made before it failed", err, held, theirs4.Addr, theirs6.Addr, theirErr)
+		}
+	case err != nil:
+		t.Fatal(err)
+	case v4 != theirs4 || v6 != theirs6:
+		t.Errorf("EnsureDualStack = %s, %s; the other call got %s, %s", v4.Addr, v6.Addr, theirs4.Addr, theirs6.Addr)
 	}
 }
