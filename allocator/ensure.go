@@ -25,9 +25,10 @@ import (
 // (AllocateNext called twice), EnsureNext returns the one of lowest
 // revision and allocates nothing. A call that finds the family full
 // (ErrFull) reads the owner's records again: another call made at once
-// may have taken the last free address, which both then return. The
-// owner's records are read through the store's owner index (AddressesOf),
-// once, or twice when the call allocates or finds the family full.
+// may have taken the last free address, which both then return; should
+// that read fail, its error is returned, not ErrFull. The owner's records
+// are read through the store's owner index (AddressesOf), once, or twice
+// when the call allocates or finds the family full.
 //
 // On an error, nothing EnsureNext allocated is known to be given back: the
 // owner may hold an address of f all the same, and a call again returns
@@ -53,8 +54,13 @@ func (a *Allocator) ensureMissing(ctx context.Context, f ipaddress.Family, owner
 	if errors.Is(err, ErrFull) {
 		// Another call for owner, at once, may have taken the last free
 		// address since the read: then owner holds it, and it is this
-		// call's answer too.
-		if rec, held, rerr := a.heldOf(ctx, f, owner); rerr == nil && held {
+		// call's answer too. Unread, that is unknown, and ErrFull would
+		// say owner holds none.
+		rec, held, rerr := a.heldOf(ctx, f, owner)
+		if rerr != nil {
+			return ipaddress.IPAddress{}, fmt.Errorf("no free %s address; reading %s's addresses again: %w", f, owner, rerr)
+		}
+		if held {
 			return rec, nil
 		}
 	}

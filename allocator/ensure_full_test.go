@@ -276,3 +276,59 @@ func TestEnsureDualStackAnswersErrFullOnlyAfterReadingTheOwnerAgain(t *testing.T
 		t.Errorf("EnsureDualStack = %s, %s; the other call got %s, %s", v4.Addr, v6.Addr, theirs4.Addr, theirs6.Addr)
 	}
 }
+
+// An owner holding its IPv4 address only, whose last free IPv6 address
+// another call takes for it between this call's read and its allocation:
+// the allocation finds IPv6 full, and the read after it fails. The call
+// answers that read's error, not ErrFull, which would say the owner holds
+// no IPv6 address when it holds the other call's, taken before.
+func TestEnsureDualStackWhoseReadAfterErrFullFailsAnswersThatRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
+	defer cancel()
+	mem := memory.New()
+	other, err := allocator.New(ctx, mem) // another process's allocator
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.CreateCIDR(ctx, "c", pfx("10.0.0.0/28"), pfx("fd00::/126")); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"fd00::1", "fd00::2"} { // fd00::3 left
+		if _, err := other.Allocate(ctx, ip(addr), svc("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := svc("pod")
+	held4, err := other.Allocate(ctx, ip("10.0.0.9"), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	// The call's second read is the one after its allocation found IPv6
+	// full: it fails.
+	reads := &hookStore{Store: mem, nth: 2, before: func(context.Context) { cancelCall() }}
+	var (
+		theirs   ipaddress.IPAddress
+		theirErr error
+	)
+	st := &createHookStore{Store: reads, nth: 1, before: func(context.Context) {
+		theirs, theirErr = other.EnsureNext(ctx, ipaddress.IPv6, pod)
+	}}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	v4, v6, err := a.EnsureDualStack(callCtx, pod)
+	if theirErr != nil || theirs.Addr != ip("fd00::3") {
+		t.Fatalf("the other call got %s, %v; want fd00::3", theirs.Addr, theirErr)
+	}
+	if v4 != held4 || v6.Addr.IsValid() || err == nil {
+		t.Fatalf("EnsureDualStack = %s, %s, %v; want %s and the error", v4.Addr, v6.Addr, err, held4.Addr)
+	}
+	if errors.Is(err, allocator.ErrFull) || !errors.Is(err, context.Canceled) {
+		t.Errorf("EnsureDualStack = %v; want the failed read's error, not ErrFull: the owner holds %s, taken before the call found IPv6 full", err, theirs.Addr)
+	}
+}
