@@ -21,22 +21,35 @@ import (
 // held (loaded through the store, as on a cold start).
 func filledAllocator(b *testing.B, prefix string, n uint64) *allocator.Allocator {
 	b.Helper()
+	return filledCIDR(b, n, netip.MustParsePrefix(prefix))
+}
+
+// filledCIDR is an allocator over a memory store holding one CIDR of
+// prefixes, each of them holding n addresses from its first host on, each
+// address for its own owner.
+func filledCIDR(b *testing.B, n uint64, prefixes ...netip.Prefix) *allocator.Allocator {
+	b.Helper()
 	ctx := context.Background()
 	st := memory.New()
-	p := netip.MustParsePrefix(prefix)
-	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{p}}); err != nil {
+	if _, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: prefixes}); err != nil {
 		b.Fatal(err)
 	}
-	r, _ := cidrset.HostRange(p)
-	first := u128.FromAddr(r.From())
 	batch := make([]ipaddress.IPAddress, 0, 4096)
-	for i := uint64(0); i < n; i++ {
-		batch = append(batch, ipaddress.IPAddress{Addr: first.Add64(i).Addr(p.Addr().Is4()), Parent: svc(fmt.Sprintf("svc-%08d", i))})
-		if len(batch) == cap(batch) || i == n-1 {
-			if _, err := st.CreateAddresses(ctx, batch); err != nil {
-				b.Fatal(err)
+	for k, p := range prefixes {
+		r, _ := cidrset.HostRange(p)
+		first := u128.FromAddr(r.From())
+		for i := uint64(0); i < n; i++ {
+			name := fmt.Sprintf("svc-%08d", i) // as long as the report's measurements had
+			if k > 0 {
+				name = fmt.Sprintf("svc-%d-%08d", k, i)
 			}
-			batch = batch[:0]
+			batch = append(batch, ipaddress.IPAddress{Addr: first.Add64(i).Addr(p.Addr().Is4()), Parent: svc(name)})
+			if len(batch) == cap(batch) || i == n-1 {
+				if _, err := st.CreateAddresses(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				batch = batch[:0]
+			}
 		}
 	}
 	a, err := allocator.New(ctx, st)
@@ -112,6 +125,47 @@ func BenchmarkEnsureNext(b *testing.B) {
 					continue
 				}
 				if err := a.Release(ctx, r.Addr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEnsureDualStack measures EnsureDualStack against
+// AllocateDualStack, for a dual-stack CIDR of a /16 and a /112 each 90 %
+// full: a pair allocated and released, and a pair the owner holds.
+func BenchmarkEnsureDualStack(b *testing.B) {
+	ctx := context.Background()
+	for _, op := range []string{"allocateDualStack+release", "ensureDualStack+release", "ensureDualStack-held"} {
+		b.Run("op="+op, func(b *testing.B) {
+			a := filledCIDR(b, 65534*9/10, netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/112"))
+			owner := svc("bench")
+			if op == "ensureDualStack-held" {
+				if _, _, err := a.EnsureDualStack(ctx, owner); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				var v4, v6 ipaddress.IPAddress
+				var err error
+				if op == "allocateDualStack+release" {
+					v4, v6, err = a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
+				} else {
+					v4, v6, err = a.EnsureDualStack(ctx, owner)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if op == "ensureDualStack-held" {
+					continue
+				}
+				if err := a.Release(ctx, v4.Addr); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Release(ctx, v6.Addr); err != nil {
 					b.Fatal(err)
 				}
 			}
