@@ -692,11 +692,17 @@ func (r *records) record(a netip.Addr, e entry) ipaddress.IPAddress {
 }
 
 func (r *records) recordOf(a netip.Addr, f fields) ipaddress.IPAddress {
+	// A copy: the entry's bytes are reused once it is deleted.
+	return r.recordNamed(a, f, strings.Clone(f.name))
+}
+
+// recordNamed is recordOf with the owner's name given, equal to f.name
+// but not in the arena: an owner lookup's caller's own.
+func (r *records) recordNamed(a netip.Addr, f fields, name string) ipaddress.IPAddress {
 	s := r.scopes[f.sid]
 	return ipaddress.IPAddress{
-		Addr: a,
-		// A copy: the entry's bytes are reused once it is deleted.
-		Parent:   ipaddress.ParentRef{Group: s.group, Resource: s.resource, Namespace: s.namespace, Name: strings.Clone(f.name)},
+		Addr:     a,
+		Parent:   ipaddress.ParentRef{Group: s.group, Resource: s.resource, Namespace: s.namespace, Name: name},
 		Created:  unixTime(int64(f.created)),
 		Revision: int64(f.rev),
 	}
@@ -797,7 +803,7 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	var out []ipaddress.IPAddress
 	add := func(off uint32) {
 		if f := r.parse(off); f.sid == sid && f.name == p.Name {
-			out = append(out, r.recordOf(f.addr(), f))
+			out = append(out, r.recordNamed(f.addr(), f, p.Name))
 		}
 	}
 	h := r.ownerHash(sid, p.Name)
