@@ -151,12 +151,12 @@ func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentR
 		}
 		// The second family is settled even when the first fails: a
 		// loser's address is given back whenever it can be.
-		ipv4, err4 := a.keepFirst(ctx, owner, mine4, recs)
-		ipv6, err6 := a.keepFirst(ctx, owner, mine6, recs)
+		kept4, err4 := a.keepFirst(ctx, owner, mine4, recs)
+		kept6, err6 := a.keepFirst(ctx, owner, mine6, recs)
 		if err := errors.Join(err4, err6); err != nil {
 			return none, none, err
 		}
-		return ipv4, ipv6, nil
+		return kept4, kept6, nil
 	}
 }
 

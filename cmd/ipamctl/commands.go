@@ -460,9 +460,8 @@ func ipAllocate(e *env) error {
 		}
 		recs = append(recs, rec)
 	case e.in.ensure:
-		// The pair when REF holds neither, both or none; when it holds
-		// one, that one stays whatever becomes of the other, and the
-		// error names it.
+		// REF holding neither gets a pair or nothing; holding one, it
+		// keeps it whatever becomes of the other, and the error names it.
 		v4, v6, err := e.a.EnsureDualStack(e.ctx, ref)
 		if err != nil {
 			return fmt.Errorf("ensuring a dual-stack pair: %w", err)
