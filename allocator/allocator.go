@@ -35,9 +35,10 @@
 // one matching store.ErrOutcomeUnknown (etcd: the create's answer was lost):
 // the address may be the owner's now or later, and trying another could
 // leave the owner two. The caller reads (AddressesOf) before it allocates
-// again, or allocates with EnsureNext, which reads first; either way a
-// create still in flight may land after the read, and a record of a create
-// its caller was never told of is repair's, as a leak.
+// again, or allocates with EnsureNext or EnsureDualStack, which read
+// first; either way a create still in flight may land after the read, and
+// a record of a create its caller was never told of is repair's, as a
+// leak.
 package allocator
 
 import (
