@@ -216,6 +216,27 @@ func (s *createHookStore) CreateAddresses(ctx context.Context, recs []ipaddress.
 	return s.Store.CreateAddresses(ctx, recs, fences...)
 }
 
+// otherProcess is another process's allocator over mem, which creates the
+// CIDR "c" of 10.0.0.0/28 and fd00::/126 (fd00::1 to ::3) and allocates
+// the addresses taken to an owner of its own.
+func otherProcess(t *testing.T, ctx context.Context, mem *memory.Store, taken ...string) *allocator.Allocator {
+	t.Helper()
+	other, err := allocator.New(ctx, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	if _, err := other.CreateCIDR(ctx, "c", pfx("10.0.0.0/28"), pfx("fd00::/126")); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range taken {
+		if _, err := other.Allocate(ctx, ip(addr), svc("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return other
+}
+
 // A dual-stack call whose pair finds IPv6 full reads the owner's records
 // again, and finding none there answers ErrFull: it allocates no second
 // time. A second pair allocated after that read, were it to find IPv6
@@ -226,19 +247,7 @@ func TestEnsureDualStackAnswersErrFullOnlyAfterReadingTheOwnerAgain(t *testing.T
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
 	defer cancel()
 	mem := memory.New()
-	other, err := allocator.New(ctx, mem) // another process's allocator
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, err := other.CreateCIDR(ctx, "c", pfx("10.0.0.0/28"), pfx("fd00::/126")); err != nil {
-		t.Fatal(err)
-	}
-	for _, addr := range []string{"fd00::1", "fd00::2", "fd00::3"} { // IPv6 full
-		if _, err := other.Allocate(ctx, ip(addr), svc("fill")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	other := otherProcess(t, ctx, mem, "fd00::1", "fd00::2", "fd00::3") // IPv6 full
 	pod := svc("pod")
 	var (
 		theirs4, theirs6 ipaddress.IPAddress
@@ -286,19 +295,7 @@ func TestEnsureDualStackWhoseReadAfterErrFullFailsAnswersThatRead(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang bound
 	defer cancel()
 	mem := memory.New()
-	other, err := allocator.New(ctx, mem) // another process's allocator
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, err := other.CreateCIDR(ctx, "c", pfx("10.0.0.0/28"), pfx("fd00::/126")); err != nil {
-		t.Fatal(err)
-	}
-	for _, addr := range []string{"fd00::1", "fd00::2"} { // fd00::3 left
-		if _, err := other.Allocate(ctx, ip(addr), svc("fill")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	other := otherProcess(t, ctx, mem, "fd00::1", "fd00::2") // fd00::3 left
 	pod := svc("pod")
 	held4, err := other.Allocate(ctx, ip("10.0.0.9"), pod)
 	if err != nil {
