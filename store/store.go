@@ -336,9 +336,10 @@ type Store interface {
 	// (IPv4 first), through an index. The answer is not older than the
 	// call: it shows every write that completed before the call began,
 	// through any client of the store, with each record at its current
-	// revision. allocator.EnsureNext relies on that to make calls at
-	// once for one owner agree; an index that lags (a cache fed by a
-	// watch, not brought up to the store's revision first) breaks it.
+	// revision. allocator.EnsureNext and EnsureDualStack rely on that to
+	// make calls at once for one owner agree; an index that lags (a cache
+	// fed by a watch, not brought up to the store's revision first) breaks
+	// them.
 	//
 	// owner is not validated, as no owner of a record is: a store holds
 	// what it is given within CheckOwner's limits, and
