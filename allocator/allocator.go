@@ -143,6 +143,7 @@ type Allocator struct {
 	mu         *sync.Mutex
 	locked     store.Locked     // st, when it shares its lock; else nil
 	prefetcher store.Prefetcher // locked, when it can prefetch; else nil
+	pairs      store.PairLocked // locked, when it creates pairs; else nil
 	// ownStart is cfg.strategy when it is the built-in default, whose
 	// starts are drawn ahead (lookahead); else nil.
 	ownStart *ownedStart
@@ -299,6 +300,7 @@ func New(ctx context.Context, st store.Store, opts ...Option) (*Allocator, error
 	if ls, ok := st.(store.Locked); ok {
 		a.locked, a.mu = ls, ls.Mutex()
 		a.prefetcher, _ = ls.(store.Prefetcher)
+		a.pairs, _ = ls.(store.PairLocked)
 	} else {
 		a.mu = new(sync.Mutex)
 	}
@@ -466,9 +468,73 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 			return ipv4, ipv6, &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
 		}
 	}
+	if a.pairs != nil && a.cfg.observer == nil {
+		if done, err := a.allocatePairLocked(ctx, &owner, v4, v6, &ipv4, &ipv6); done {
+			return ipv4, ipv6, err
+		}
+	}
 	var out results
 	err = a.allocate(ctx, owner, reqs, false, &out)
 	return out[0], out[1], err
+}
+
+// allocatePairLocked serves AllocateDualStack as allocateOneLocked serves
+// AllocateNext, over a store.PairLocked store with no observer: both
+// choices and the pair's create in one critical section, the index
+// updated here, no request or result slices. done false hands over to the
+// general path, as there (a static address taken, an invalid owner, a
+// Terminating CIDR to touch); *out4 and *out6 are set only when done
+// without error.
+func (a *Allocator) allocatePairLocked(ctx context.Context, owner *ipaddress.ParentRef, v4, v6 netip.Addr, out4, out6 *ipaddress.IPAddress) (done bool, err error) {
+	// The order of allocateOnce, whose doc says why: the first request
+	// known full decides before the owner is validated.
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
+	if !v4.IsValid() && a.full[0].Load() {
+		return true, ErrFull
+	}
+	a.mu.Lock()
+	var c4, c6 choice
+	err = a.chooseOneLocked(request{family: ipaddress.IPv4, addr: v4}, nil, &c4)
+	if err == nil {
+		err = a.chooseOneLocked(request{family: ipaddress.IPv6, addr: v6}, nil, &c6)
+	}
+	var ok bool
+	if a.owner, ok = a.owners.Check(*owner); !ok || err == errInFlight {
+		a.mu.Unlock()
+		return false, nil
+	}
+	if err != nil {
+		a.mu.Unlock()
+		return true, err
+	}
+	if len(a.index.Terminating()) > 0 && (len(a.touchDyingLocked(a.fenceBuf[:0], c4.addr)) > 0 || len(a.touchDyingLocked(a.fenceBuf[:0], c6.addr)) > 0) {
+		a.mu.Unlock()
+		return false, nil
+	}
+	rev, created, err := a.pairs.CreatePairLocked(c4.addr, c6.addr, &a.owner, c4.fence, c6.fence, a.self)
+	if err != nil {
+		a.mu.Unlock()
+		return false, nil
+	}
+	a.markValueLocked(c4.x, 0, true)
+	a.markValueLocked(c6.x, 1, true)
+	a.advanceLocked(rev)
+	*out4 = ipaddress.IPAddress{Addr: c4.addr, Parent: *owner, Created: created, Revision: rev}
+	*out6 = ipaddress.IPAddress{Addr: c6.addr, Parent: *owner, Created: created, Revision: rev}
+	a.mu.Unlock()
+	return true, nil
+}
+
+// chooseOneLocked chooses where r is served from, into *c: its static
+// address, or the next free one of its family but those in skip.
+func (a *Allocator) chooseOneLocked(r request, skip []netip.Addr, c *choice) (err error) {
+	if r.addr.IsValid() {
+		*c, err = a.chooseStaticLocked(r.addr)
+		return err
+	}
+	return a.chooseNextLocked(r.family, skip, c)
 }
 
 // allocateOneLocked serves AllocateNext and Allocate over a store.Locked
@@ -848,14 +914,9 @@ func failedFence(err error) (store.Fence, bool) {
 func (a *Allocator) chooseLocked(reqs []request, skip []netip.Addr, out []choice) ([]choice, error) {
 	for _, r := range reqs {
 		var c choice
-		var err error
-		if r.addr.IsValid() {
-			c, err = a.chooseStaticLocked(r.addr)
-		} else {
-			err = a.chooseNextLocked(r.family, skip, &c)
-			if err == ErrFull && a.pendingOfLocked(r) {
-				err = errInFlight
-			}
+		err := a.chooseOneLocked(r, skip, &c)
+		if err == ErrFull && !r.addr.IsValid() && a.pendingOfLocked(r) {
+			err = errInFlight
 		}
 		out = append(out, c)
 		if err != nil {

@@ -438,6 +438,22 @@ type Prefetcher interface {
 	PrefetchAddressLocked(addr netip.Addr)
 }
 
+// PairLocked is implemented by a Locked store that creates a dual-stack
+// pair as CreateAddressLocked creates one address, for a caller that keeps
+// an index of the store under Mutex and applies the write to it itself.
+// An allocator over such a store serves AllocateDualStack through it, and
+// through CreateAddressesLocked over any other Locked store.
+type PairLocked interface {
+	// CreatePairLocked stores a record of v4, an IPv4 address, and one of
+	// v6, an IPv6 address, both for owner, in one write of one revision:
+	// both or neither, refused as CreateAddressesLocked would refuse the
+	// two records with the fences f4 and f6 (one CIDR may be both). self
+	// and owner are as for CreateAddressLocked; an address of the wrong
+	// family is an *ipaddress.FieldError for "address". It returns the
+	// pair's revision and creation time.
+	CreatePairLocked(v4, v6 netip.Addr, owner *ipaddress.ValidParentRef, f4, f6 Fence, self Watcher) (rev int64, created time.Time, err error)
+}
+
 // Snapshot is the whole state of a store at one revision.
 type Snapshot struct {
 	Revision int64

@@ -66,8 +66,9 @@ func addrAt(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 
 // with an error matching store.ErrNoSpace (not a panic), writes nothing of
 // it, not even a revision, and keeps every record it holds; a deletion
 // makes room for a record of its size. Every path that writes a record is
-// covered: a single create, the allocator's locked create, a batch (whose
-// first record fits and second does not), and a replacement.
+// covered: a single create, the allocator's locked create, a batch and a
+// dual-stack pair (whose first record fits and second does not), and a
+// replacement.
 func TestAFullStoreRefusesRecordsAndLosesNone(t *testing.T) {
 	ctx := context.Background()
 	s, n := fillArena(t)
@@ -118,6 +119,13 @@ func TestAFullStoreRefusesRecordsAndLosesNone(t *testing.T) {
 	rev = s.rev
 	_, err = s.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: addrAt(n), Parent: fullOwner(n)}, {Addr: addrAt(n + 1), Parent: fullOwner(n + 1)}})
 	refused("batch", err)
+	// So is a dual-stack pair: its IPv4 record fits, its IPv6 one, longer,
+	// does not.
+	s.mu.Lock()
+	v6 := netip.AddrFrom16([16]byte{0: 0xfd, 14: byte(n >> 8), 15: byte(n)})
+	_, _, err = s.CreatePairLocked(addrAt(n), v6, checked(fullOwner(n)), store.Fence{CIDR: c.Name, Revision: c.Revision}, store.Fence{CIDR: c.Name, Revision: c.Revision}, nil)
+	s.mu.Unlock()
+	refused("pair", err)
 
 	// The room is still there for one record: a replacement takes it (and
 	// frees its old entry, a byte shorter: revision 1), and once another

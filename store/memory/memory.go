@@ -142,7 +142,11 @@ func reflexive(t reflect.Type) bool {
 	return true
 }
 
-var _ store.Locked = (*Store)(nil)
+var (
+	_ store.Locked     = (*Store)(nil)
+	_ store.Prefetcher = (*Store)(nil)
+	_ store.PairLocked = (*Store)(nil)
+)
 
 // Mutex implements store.Locked: the store writes and calls its watchers
 // with it held.
@@ -430,6 +434,9 @@ func (s *Store) touch(fences []store.Fence) {
 	}
 }
 
+// errNoOwner is a Locked create's refusal of a nil owner.
+func errNoOwner() error { return &ipaddress.FieldError{Field: "spec.parentRef", Required: true} }
+
 // CreateAddressLocked implements store.Locked.
 func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParentRef, fence store.Fence, self store.Watcher) (int64, time.Time, error) {
 	if s.closed {
@@ -439,7 +446,7 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 		return 0, time.Time{}, err
 	}
 	if valid == nil {
-		return 0, time.Time{}, &ipaddress.FieldError{Field: "spec.parentRef", Required: true}
+		return 0, time.Time{}, errNoOwner()
 	}
 	// Meets CheckOwner, as every ValidParentRef does: not checked again.
 	owner := valid.ParentRef()
@@ -480,6 +487,77 @@ func (s *Store) CreateAddressLocked(addr netip.Addr, valid *ipaddress.ValidParen
 	if s.othersWatch(self) {
 		rec := ipaddress.IPAddress{Addr: addr, Parent: owner, Created: created, Revision: s.rev}
 		s.notifyAddress(store.AddressPut, &rec, self)
+	}
+	return s.rev, created, nil
+}
+
+// CreatePairLocked implements store.PairLocked: CreateAddressLocked for
+// two addresses of one owner, of different families, so that neither
+// lookup can move what the other found (each family has its table).
+func (s *Store) CreatePairLocked(v4, v6 netip.Addr, valid *ipaddress.ValidParentRef, f4, f6 store.Fence, self store.Watcher) (int64, time.Time, error) {
+	if s.closed {
+		return 0, time.Time{}, store.ErrClosed
+	}
+	addrs := [2]netip.Addr{v4, v6}
+	for i, want := range [2]ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6} {
+		if err := ipaddress.ValidateAddr(addrs[i]); err != nil {
+			return 0, time.Time{}, err
+		}
+		if ipaddress.FamilyOf(addrs[i]) != want {
+			return 0, time.Time{}, &ipaddress.FieldError{Field: "address", Value: addrs[i].String(), Detail: "must be of family " + want.String()}
+		}
+	}
+	if valid == nil {
+		return 0, time.Time{}, errNoOwner()
+	}
+	// Meets CheckOwner, as every ValidParentRef does: not checked again.
+	owner := valid.ParentRef()
+	k, known := s.addrs.knownOwnerKey(&owner)
+	if known {
+		s.addrs.warm(k)
+	}
+	// Both tables get their room before either lookup, as
+	// CreateAddressLocked's one does (a growth may give a prefix a block).
+	var keys [2]addrKey
+	var tables [2]*offTable
+	for i, addr := range addrs {
+		keys[i] = validKey(addr)
+		tables[i] = s.addrs.tableOf(keys[i])
+		s.addrs.reserve(tables[i])
+	}
+	var spots [2]spot
+	for i, addr := range addrs {
+		if spots[i] = s.addrs.spotOf(tables[i], keys[i]); spots[i].held() {
+			return 0, time.Time{}, &store.AddressExistsError{Addr: addr}
+		}
+	}
+	if !s.passed.holds(f4) || !s.passed.holds(f6) {
+		if err := s.checkFences([]store.Fence{f4, f6}); err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+	now := s.unix()
+	if !known {
+		k = s.addrs.ownerKeyOf(owner)
+	}
+	for i := range addrs {
+		if !s.addrs.putAt(tables[i], keys[i], &spots[i], k, owner.Name, now, s.rev+1) {
+			if i == 1 {
+				s.addrs.remove(v4)
+			}
+			return 0, time.Time{}, fmt.Errorf("creating %d address records: %w", 2, store.ErrNoSpace)
+		}
+	}
+	s.rev++
+	if f4.Touch || f6.Touch {
+		s.touch([]store.Fence{f4, f6})
+	}
+	created := time.Unix(now, 0)
+	if s.othersWatch(self) {
+		for _, addr := range addrs {
+			rec := ipaddress.IPAddress{Addr: addr, Parent: owner, Created: created, Revision: s.rev}
+			s.notifyAddress(store.AddressPut, &rec, self)
+		}
 	}
 	return s.rev, created, nil
 }

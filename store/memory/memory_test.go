@@ -496,3 +496,111 @@ func checked(p ipaddress.ParentRef) *ipaddress.ValidParentRef {
 	}
 	return &v
 }
+
+// CreatePairLocked writes a dual-stack pair in one revision, tells every
+// watcher but self of both records, and touches the CIDR of a touching
+// fence; each refusal (either address held, of the wrong family or
+// unstorable, no owner, either fence stale, the store closed) stores
+// neither record, gives no revision and tells no one.
+func TestCreatePairLockedWritesBothInOneRevisionOrNeither(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	self, other := &addressWatcher{}, &addressWatcher{}
+	for _, w := range []store.Watcher{self, plainWatcher{other}} {
+		if err := st.Watch(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cidr, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "c", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "services", Namespace: "default", Name: "a"}
+	held4, held6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
+	if _, err := st.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: held4, Parent: owner}, {Addr: held6, Parent: owner}}); err != nil {
+		t.Fatal(err)
+	}
+	free4, free6 := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::2")
+	fence := store.Fence{CIDR: cidr.Name, Revision: cidr.Revision}
+	stale := store.Fence{CIDR: cidr.Name, Revision: cidr.Revision - 1}
+	var exists *store.AddressExistsError
+	var fenced *store.FencedError
+	var fe *ipaddress.FieldError
+	for _, tc := range []struct {
+		name   string
+		v4, v6 netip.Addr
+		f4, f6 store.Fence
+		owner  *ipaddress.ValidParentRef
+		ok     func(error) bool
+	}{
+		{"IPv4 held", held4, free6, fence, fence, checked(owner), func(err error) bool { return errors.As(err, &exists) && exists.Addr == held4 }},
+		{"IPv6 held", free4, held6, fence, fence, checked(owner), func(err error) bool { return errors.As(err, &exists) && exists.Addr == held6 }},
+		{"IPv4 stale fence", free4, free6, stale, fence, checked(owner), func(err error) bool { return errors.As(err, &fenced) && fenced.Fence == stale }},
+		{"IPv6 stale fence", free4, free6, fence, stale, checked(owner), func(err error) bool { return errors.As(err, &fenced) && fenced.Fence == stale }},
+		{"families swapped", free6, free4, fence, fence, checked(owner), func(err error) bool { return errors.As(err, &fe) && fe.Field == "address" }},
+		{"two IPv4", free4, netip.MustParseAddr("10.0.0.3"), fence, fence, checked(owner), func(err error) bool { return errors.As(err, &fe) && fe.Field == "address" }},
+		{"unstorable", free4, netip.MustParseAddr("fd00::2%eth0"), fence, fence, checked(owner), func(err error) bool { return errors.Is(err, ipaddress.ErrInvalid) }},
+		{"no owner", free4, free6, fence, fence, nil, func(err error) bool { return errors.As(err, &fe) && fe.Field == "spec.parentRef" }},
+	} {
+		st.Mutex().Lock()
+		_, _, err := st.CreatePairLocked(tc.v4, tc.v6, tc.owner, tc.f4, tc.f6, self)
+		st.Mutex().Unlock()
+		if !tc.ok(err) {
+			t.Errorf("%s: CreatePairLocked(%s, %s) = %v", tc.name, tc.v4, tc.v6, err)
+		}
+	}
+	for _, a := range []netip.Addr{free4, free6} {
+		if _, err := st.GetAddress(ctx, a); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a refused pair stored %s: %v", a, err)
+		}
+	}
+	// The pair, at the next revision (the refusals took none), from a
+	// Terminating CIDR's touching fence too, as a live CIDR inside a
+	// Terminating one gives it.
+	dying, err := st.CreateCIDR(ctx, cidrset.CIDR{Name: "dying", Prefixes: []netip.Prefix{netip.MustParsePrefix("fd00::/120")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dying.Terminating = true
+	if dying, err = st.UpdateCIDR(ctx, dying); err != nil {
+		t.Fatal(err)
+	}
+	touch := store.Fence{CIDR: dying.Name, Revision: dying.Revision, Touch: true}
+	st.Mutex().Lock()
+	rev, created, err := st.CreatePairLocked(free4, free6, checked(owner), fence, touch, self)
+	st.Mutex().Unlock()
+	if err != nil || rev != dying.Revision+1 || created.IsZero() {
+		t.Fatalf("CreatePairLocked = %d, %v, %v; want revision %d", rev, created, err, dying.Revision+1)
+	}
+	for _, a := range []netip.Addr{free4, free6} {
+		if r, err := st.GetAddress(ctx, a); err != nil || r.Revision != rev || r.Parent != owner || !r.Created.Equal(created) {
+			t.Errorf("GetAddress(%s) = %+v, %v; want %s's record at revision %d", a, r, err, owner, rev)
+		}
+	}
+	if c, err := st.GetCIDR(ctx, dying.Name); err != nil || c.Revision != rev {
+		t.Errorf("the touched CIDR is at revision %d (%v), want the pair's %d", c.Revision, err, rev)
+	}
+	// self is told of nothing past the first two records; the other
+	// watcher of both records of the pair, whole.
+	if want := []string{fmt.Sprint(store.AddressPut, " ", held4, " 2"), fmt.Sprint(store.AddressPut, " ", held6, " 2")}; !slices.Equal(self.changes, want) {
+		t.Errorf("self told %q, want %q", self.changes, want)
+	}
+	var puts []string
+	for _, e := range other.applied {
+		if e.Kind == store.AddressPut && e.Revision == rev {
+			puts = append(puts, fmt.Sprint(e.Address.Addr, " ", e.Address.Parent, " ", e.Address.Revision))
+		}
+	}
+	if want := []string{fmt.Sprint(free4, " ", owner, " ", rev), fmt.Sprint(free6, " ", owner, " ", rev)}; !slices.Equal(puts, want) {
+		t.Errorf("the other watcher was told %q, want %q", puts, want)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st.Mutex().Lock()
+	_, _, err = st.CreatePairLocked(netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("fd00::9"), checked(owner), fence, fence, nil)
+	st.Mutex().Unlock()
+	if !errors.Is(err, store.ErrClosed) {
+		t.Errorf("CreatePairLocked after Close = %v, want ErrClosed", err)
+	}
+}

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AddressDeleteAtIsConditionalOnRevision", testAddressDeleteAt},
 		{"AddressReplaceAtKeepsTheAddressHeld", testAddressReplaceAt},
 		{"AddressBatchIsAllOrNothing", testAddressBatch},
+		{"LockedPairIsBothOrNeither", testPairLocked},
 		{"AddressCreateIsFencedOnCIDRRevision", testAddressFence},
 		{"FencedSeenIsReachedByAWatch", testFencedSeen},
 		{"EmptyAddressBatchTakesNoRevision", testEmptyBatch},
@@ -339,6 +340,86 @@ func testAddressBatch(t *testing.T, s store.Store) {
 	recs, err := s.CreateAddresses(ctx, dual)
 	if err != nil || len(recs) != 2 || recs[0].Revision != recs[1].Revision {
 		t.Fatalf("dual batch = %+v, %v; want two records at one revision", recs, err)
+	}
+}
+
+// testPairLocked checks a store.PairLocked store's CreatePairLocked as a
+// batch of two: a pair with either address held, or either fence stale,
+// writes neither record and no revision; a pair written is two records of
+// one revision, found by GetAddress and AddressesOf, and watched. Stores
+// that do not implement it pass.
+func testPairLocked(t *testing.T, s store.Store) {
+	p, ok := s.(store.PairLocked)
+	if !ok {
+		return
+	}
+	l := s.(store.Locked) // PairLocked is for Locked stores
+	ctx := ctxT(t)
+	c := mustCIDR(t, s, "c", "10.0.0.0/24", "fd00::/64")
+	mustAddr(t, s, "10.0.0.1", "taken")
+	mustAddr(t, s, "fd00::1", "taken")
+	r := watch(t, ctx, s)
+	o, err := ipaddress.CheckParentRef(owner("pair"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := store.Fence{CIDR: c.Name, Revision: c.Revision - 1}
+	create := func(v4, v6 string, f4, f6 store.Fence) (int64, time.Time, error) {
+		l.Mutex().Lock()
+		defer l.Mutex().Unlock()
+		return p.CreatePairLocked(ip(v4), ip(v6), &o, f4, f6, nil)
+	}
+	var ex *store.AddressExistsError
+	var fenced *store.FencedError
+	for _, tc := range []struct {
+		v4, v6 string
+		f4, f6 store.Fence
+		ok     func(error) bool
+	}{
+		{"10.0.0.1", "fd00::2", fenceOf(c), fenceOf(c), func(err error) bool { return errors.As(err, &ex) && ex.Addr == ip("10.0.0.1") }},
+		{"10.0.0.2", "fd00::1", fenceOf(c), fenceOf(c), func(err error) bool { return errors.As(err, &ex) && ex.Addr == ip("fd00::1") }},
+		{"10.0.0.2", "fd00::2", stale, fenceOf(c), func(err error) bool { return errors.As(err, &fenced) }},
+		{"10.0.0.2", "fd00::2", fenceOf(c), stale, func(err error) bool { return errors.As(err, &fenced) }},
+	} {
+		if _, _, err := create(tc.v4, tc.v6, tc.f4, tc.f6); !tc.ok(err) {
+			t.Errorf("CreatePairLocked(%s, %s) fenced at %d and %d: %v", tc.v4, tc.v6, tc.f4.Revision, tc.f6.Revision, err)
+		}
+		if recs, err := s.AddressesOf(ctx, owner("pair")); err != nil || len(recs) != 0 {
+			t.Fatalf("a refused pair left %+v (%v)", recs, err)
+		}
+	}
+	rev, created, err := create("10.0.0.2", "fd00::2", fenceOf(c), fenceOf(c))
+	if err != nil {
+		t.Fatalf("CreatePairLocked: %v", err)
+	}
+	recs, err := s.AddressesOf(ctx, owner("pair"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	want := []ipaddress.IPAddress{
+		{Addr: ip("10.0.0.2"), Parent: owner("pair"), Created: created, Revision: rev},
+		{Addr: ip("fd00::2"), Parent: owner("pair"), Created: created, Revision: rev},
+	}
+	if !sameRecords(recs, want) {
+		t.Fatalf("AddressesOf after a pair = %+v, want %+v", recs, want)
+	}
+	for _, w := range want {
+		if got, err := s.GetAddress(ctx, w.Addr); err != nil || !sameRecord(got, w) {
+			t.Errorf("GetAddress(%s) = %+v, %v; want %+v", w.Addr, got, err, w)
+		}
+	}
+	// The refusals took no revision: the pair's is the one after the
+	// records made before the watch.
+	// (Of one revision, in either order.)
+	evs := r.waitEvents(t, 2)
+	slices.SortFunc(evs, func(x, y store.Event) int { return x.Address.Addr.Compare(y.Address.Addr) })
+	r.mu.Lock()
+	reset := r.resets[0].Revision
+	r.mu.Unlock()
+	if len(evs) != 2 || evs[0].Revision != rev || evs[1].Revision != rev ||
+		!sameRecord(evs[0].Address, want[0]) || !sameRecord(evs[1].Address, want[1]) || reset != rev-1 {
+		t.Errorf("watched %+v after a reset at %d, want the pair's two records at revision %d", evs, reset, rev)
 	}
 }
 
