@@ -457,16 +457,8 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 		return ipv4, ipv6, err
 	}
 	reqs := []request{{family: ipaddress.IPv4, addr: v4}, {family: ipaddress.IPv6, addr: v6}}
-	for _, r := range reqs {
-		if !r.addr.IsValid() {
-			continue // the next free one
-		}
-		if err := ipaddress.ValidateAddr(r.addr); err != nil {
-			return ipv4, ipv6, err
-		}
-		if ipaddress.FamilyOf(r.addr) != r.family {
-			return ipv4, ipv6, &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
-		}
+	if err := validateStatic(reqs); err != nil {
+		return ipv4, ipv6, err
 	}
 	if a.pairs != nil && a.cfg.observer == nil {
 		if done, err := a.allocatePairLocked(ctx, &owner, v4, v6, &ipv4, &ipv6); done {

@@ -117,13 +117,13 @@ func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentR
 		case has4:
 			rec, err := a.ensureMissing(ctx, ipaddress.IPv6, owner)
 			if err != nil {
-				return held4, none, fmt.Errorf("%s holds %s; allocating its IPv6 address: %w", owner, held4.Addr, err)
+				return held4, none, lackingError(owner, held4.Addr, ipaddress.IPv6, err)
 			}
 			return held4, rec, nil
 		case has6:
 			rec, err := a.ensureMissing(ctx, ipaddress.IPv4, owner)
 			if err != nil {
-				return none, held6, fmt.Errorf("%s holds %s; allocating its IPv4 address: %w", owner, held6.Addr, err)
+				return none, held6, lackingError(owner, held6.Addr, ipaddress.IPv4, err)
 			}
 			return rec, held6, nil
 		}
@@ -158,6 +158,12 @@ func (a *Allocator) EnsureDualStack(ctx context.Context, owner ipaddress.ParentR
 		}
 		return kept4, kept6, nil
 	}
+}
+
+// lackingError is EnsureDualStack's error, and its dry run's, when owner
+// holds held and allocating its address of family f failed with err.
+func lackingError(owner ipaddress.ParentRef, held netip.Addr, f ipaddress.Family, err error) error {
+	return fmt.Errorf("%s holds %s; allocating its %s address: %w", owner, held, f, err)
 }
 
 // keepFirst returns the record calls for owner at once agree on, in the
