@@ -52,6 +52,73 @@ func (d DryRun) EnsureNext(ctx context.Context, f ipaddress.Family, owner ipaddr
 	return d.AllocateNext(ctx, f, owner)
 }
 
+// AllocateDualStack returns the pair AllocateDualStack would allocate now,
+// or the error it would give, and then both addresses are zero. A static
+// address is refused as the real call refuses it; one the store holds
+// already is ErrAllocated. With a random strategy the real call may choose
+// other addresses.
+func (d DryRun) AllocateDualStack(ctx context.Context, owner ipaddress.ParentRef, v4, v6 netip.Addr) (ipv4, ipv6 netip.Addr, err error) {
+	if err := d.checkOpen(); err != nil {
+		return ipv4, ipv6, err
+	}
+	reqs := []request{{family: ipaddress.IPv4, addr: v4}, {family: ipaddress.IPv6, addr: v6}}
+	if err := validateStatic(reqs); err != nil {
+		return ipv4, ipv6, err
+	}
+	var out results
+	if err := d.a.allocate(ctx, owner, reqs, true, &out); err != nil {
+		return ipv4, ipv6, err
+	}
+	// The index may not know yet of a record the store holds, which the
+	// store would refuse to create again.
+	for _, r := range reqs {
+		if !r.addr.IsValid() {
+			continue
+		}
+		if _, err := d.a.st.GetAddress(ctx, r.addr); err == nil {
+			return ipv4, ipv6, ErrAllocated
+		} else if !isNotFound(err) {
+			return ipv4, ipv6, err
+		}
+	}
+	return out[0].Addr, out[1].Addr, nil
+}
+
+// EnsureDualStack returns the pair EnsureDualStack would return now: of
+// each family owner holds, its address of lowest revision; for the family
+// it lacks, the one AllocateNext would choose; when it holds neither, the
+// pair AllocateDualStack would choose. Should the family it lacks fail,
+// the one it holds is returned with the error; on any other error both
+// are zero. With a random strategy the real call may choose others.
+func (d DryRun) EnsureDualStack(ctx context.Context, owner ipaddress.ParentRef) (ipv4, ipv6 netip.Addr, err error) {
+	if err := d.checkOpen(); err != nil {
+		return ipv4, ipv6, err
+	}
+	recs, err := d.a.AddressesOf(ctx, owner) // validates owner
+	if err != nil {
+		return ipv4, ipv6, err
+	}
+	held4, has4 := oldestOf(recs, ipaddress.IPv4)
+	held6, has6 := oldestOf(recs, ipaddress.IPv6)
+	switch {
+	case has4 && has6:
+		return held4.Addr, held6.Addr, nil
+	case has4:
+		next, err := d.AllocateNext(ctx, ipaddress.IPv6, owner)
+		if err != nil {
+			return held4.Addr, ipv6, lackingError(owner, held4.Addr, ipaddress.IPv6, err)
+		}
+		return held4.Addr, next, nil
+	case has6:
+		next, err := d.AllocateNext(ctx, ipaddress.IPv4, owner)
+		if err != nil {
+			return ipv4, held6.Addr, lackingError(owner, held6.Addr, ipaddress.IPv4, err)
+		}
+		return next, held6.Addr, nil
+	}
+	return d.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
+}
+
 // validateStatic refuses a static address of reqs that Allocate would
 // refuse, or that is not of its request's family (a *ipaddress.FieldError
 // for "address"): AllocateDualStack's input checks, and its dry run's.

@@ -3,6 +3,7 @@ package allocator_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/netipam/netipam/allocator"
@@ -19,6 +20,14 @@ func TestTheZeroDryRunIsClosed(t *testing.T) {
 		"AllocateNext": func() error { _, err := d.AllocateNext(ctx, 4, svc("x")); return err },
 		"CreateCIDR":   func() error { return d.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")) },
 		"DeleteCIDR":   func() error { _, err := d.DeleteCIDR(ctx, "c"); return err },
+		"AllocateDualStack": func() error {
+			_, _, err := d.AllocateDualStack(ctx, svc("x"), netip.Addr{}, netip.Addr{})
+			return err
+		},
+		"EnsureDualStack": func() error {
+			_, _, err := d.EnsureDualStack(ctx, svc("x"))
+			return err
+		},
 	} {
 		func() {
 			defer func() {

@@ -147,6 +147,14 @@ func contextCalls(ctx context.Context, a *allocator.Allocator, owner ipaddress.P
 		"DryRun().Allocate":   func() error { return a.DryRun().Allocate(ctx, ip("10.0.0.6"), owner) },
 		"DryRun().CreateCIDR": func() error { return a.DryRun().CreateCIDR(ctx, "y", pfx("10.1.0.0/24")) },
 		"DryRun().DeleteCIDR": func() error { _, err := a.DryRun().DeleteCIDR(ctx, "x"); return err },
+		"DryRun().AllocateDualStack": func() error {
+			_, _, err := a.DryRun().AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
+			return err
+		},
+		"DryRun().EnsureDualStack": func() error {
+			_, _, err := a.DryRun().EnsureDualStack(ctx, owner)
+			return err
+		},
 	}
 }
 
