@@ -237,3 +237,30 @@ func ExampleDryRun_DeleteCIDR() {
 	// true []
 	// 2
 }
+
+// A dry run answers which pair a dual-stack allocation would take, or why
+// it would fail, and writes nothing: the real call then takes that pair.
+func ExampleDryRun_AllocateDualStack() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "dual", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00:10::/120"))
+	a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), svc("web"))
+
+	v4, v6, err := a.DryRun().AllocateDualStack(ctx, svc("api"), netip.Addr{}, netip.Addr{})
+	fmt.Println(v4, v6, err)
+	v4, v6, err = a.DryRun().AllocateDualStack(ctx, svc("api"), netip.MustParseAddr("10.0.0.7"), netip.Addr{})
+	fmt.Println(v4.IsValid(), v6.IsValid(), err)
+	fmt.Println(a.FamilyUsage(ipaddress.IPv4).Used, a.FamilyUsage(ipaddress.IPv6).Used)
+
+	r4, r6, err := a.AllocateDualStack(ctx, svc("api"), netip.Addr{}, netip.Addr{})
+	fmt.Println(r4.Addr, r6.Addr, err)
+	// The first 16 addresses of each prefix (of 256) are its static band
+	// (KEP-3070), so the first dynamic ones are .17 and ::11.
+
+	// Output:
+	// 10.0.0.17 fd00:10::11 <nil>
+	// false false provided IP is already allocated
+	// 1 0
+	// 10.0.0.17 fd00:10::11 <nil>
+}
