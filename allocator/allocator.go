@@ -470,6 +470,24 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 	return out[0], out[1], err
 }
 
+// validateStatic refuses a static address of reqs that Allocate would
+// refuse, or that is not of its request's family (a *ipaddress.FieldError
+// for "address"): AllocateDualStack's input checks, and its dry run's.
+func validateStatic(reqs []request) error {
+	for _, r := range reqs {
+		if !r.addr.IsValid() {
+			continue // the next free one
+		}
+		if err := ipaddress.ValidateAddr(r.addr); err != nil {
+			return err
+		}
+		if ipaddress.FamilyOf(r.addr) != r.family {
+			return &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
+		}
+	}
+	return nil
+}
+
 // allocatePairLocked serves AllocateDualStack as allocateOneLocked serves
 // AllocateNext, over a store.PairLocked store with no observer: both
 // choices and the pair's create in one critical section, the index

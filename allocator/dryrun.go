@@ -119,24 +119,6 @@ func (d DryRun) EnsureDualStack(ctx context.Context, owner ipaddress.ParentRef) 
 	return d.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{})
 }
 
-// validateStatic refuses a static address of reqs that Allocate would
-// refuse, or that is not of its request's family (a *ipaddress.FieldError
-// for "address"): AllocateDualStack's input checks, and its dry run's.
-func validateStatic(reqs []request) error {
-	for _, r := range reqs {
-		if !r.addr.IsValid() {
-			continue // the next free one
-		}
-		if err := ipaddress.ValidateAddr(r.addr); err != nil {
-			return err
-		}
-		if ipaddress.FamilyOf(r.addr) != r.family {
-			return &ipaddress.FieldError{Field: "address", Value: r.addr.String(), Detail: "must be of family " + r.family.String()}
-		}
-	}
-	return nil
-}
-
 // Allocate reports whether Allocate(addr, owner) would succeed now.
 func (d DryRun) Allocate(ctx context.Context, addr netip.Addr, owner ipaddress.ParentRef) error {
 	if err := d.checkOpen(); err != nil {

@@ -234,8 +234,18 @@ func TestRefusedCallsChangeNothing(t *testing.T) {
 			"AllocateDualStack": func(rt *rapid.T) {
 				ctx, owner := ctxOf(rt), oddOwner(rt)
 				v4, v6 := rapid.SampledFrom(oddAddrs).Draw(rt, "v4"), rapid.SampledFrom(oddAddrs).Draw(rt, "v6")
+				var want4, want6 netip.Addr
+				var dryErr error
+				check(rt, "DryRun().AllocateDualStack", func() error {
+					want4, want6, dryErr = a.DryRun().AllocateDualStack(ctx, owner, v4, v6)
+					return dryErr
+				})
 				check(rt, fmt.Sprintf("AllocateDualStack(%v, %v, %v)", owner, v4, v6), func() error {
-					_, _, err := a.AllocateDualStack(ctx, owner, v4, v6)
+					r4, r6, err := a.AllocateDualStack(ctx, owner, v4, v6)
+					dry(rt, fmt.Sprintf("AllocateDualStack(%v, %v, %v)", owner, v4, v6), dryErr, err)
+					if err == nil && (r4.Addr != want4 || r6.Addr != want6) {
+						rt.Fatalf("AllocateDualStack = %s, %s; its dry run chose %s, %s", r4.Addr, r6.Addr, want4, want6)
+					}
 					return err
 				})
 			},
