@@ -800,10 +800,14 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	if !ok {
 		return nil
 	}
-	var out []ipaddress.IPAddress
+	// The entries found are gathered first, so that the records go into
+	// one slice of their number: most owners hold one address, or a
+	// dual-stack pair.
+	var first [4]fields
+	found := first[:0]
 	add := func(off uint32) {
 		if f := r.parse(off); f.sid == sid && f.name == p.Name {
-			out = append(out, r.recordNamed(f.addr(), f, p.Name))
+			found = append(found, f)
 		}
 	}
 	h := r.ownerHash(sid, p.Name)
@@ -823,6 +827,13 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	}
 	for _, off := range r.more[h] {
 		add(off)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	out := make([]ipaddress.IPAddress, len(found))
+	for i, f := range found {
+		out[i] = r.recordNamed(f.addr(), f, p.Name)
 	}
 	return out
 }
