@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"go4.org/netipx"
 	"pgregory.net/rapid"
 
 	"github.com/netipam/netipam/allocator"
@@ -27,7 +28,8 @@ type noPairs struct{ store.Locked }
 // owners, in full families and inside Terminating CIDRs, which the pair
 // path hands over), single ones, releases and deletions. Every answer,
 // error text included, and the two stores' records, revisions and CIDRs
-// must be the same: the pair path is a shortcut, not a second rule.
+// must be the same, under either deterministic policy and with excluded
+// ranges or without: the pair path is a shortcut, not a second rule.
 func TestDualStackPairPathAnswersAsTheGeneralPath(t *testing.T) {
 	// Overlapping, dual-stack and single-stack; small, so that families
 	// fill and deletions are blocked.
@@ -42,10 +44,19 @@ func TestDualStackPairPathAnswersAsTheGeneralPath(t *testing.T) {
 	owners := []ipaddress.ParentRef{svc("x"), svc("y"), svc("z"), {Resource: "services", Name: "no-namespace"}, {}}
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
+		opts := []allocator.Option{allocator.WithStrategy(allocator.Sequential())}
+		if rapid.Bool().Draw(rt, "mostFree") {
+			opts = append(opts, allocator.WithPolicy(allocator.MostFree()))
+		}
+		if rapid.Bool().Draw(rt, "excluded") {
+			// A pool holding excluded addresses takes the index's general
+			// marking path.
+			opts = append(opts, allocator.WithExcluded(netipx.IPRangeFrom(ip("10.0.0.2"), ip("10.0.0.3")), netipx.IPRangeFrom(ip("fd00::3"), ip("fd00::3"))))
+		}
 		pairSt, plainSt := memory.New(), memory.New()
 		var as [2]*allocator.Allocator
 		for i, st := range []store.Store{pairSt, noPairs{plainSt}} {
-			a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+			a, err := allocator.New(ctx, st, opts...)
 			if err != nil {
 				rt.Fatal(err)
 			}
