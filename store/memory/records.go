@@ -796,9 +796,12 @@ func (r *records) of(p ipaddress.ParentRef) []ipaddress.IPAddress {
 	if !r.ownersIndexed {
 		r.indexOwners()
 	}
-	sid, ok := r.scopeIDs[scope{p.Group, p.Resource, p.Namespace}]
+	// Mostly the scope of the last write (knownScope, inline).
+	sid, ok := r.last, r.lastOK && sameScope(&r.scopes[r.last], &p)
 	if !ok {
-		return nil
+		if sid, ok = r.lookUpScope(&p); !ok {
+			return nil
+		}
 	}
 	// The entries found are gathered first, so that the records go into
 	// one slice of their number: most owners hold one address, or a
