@@ -401,8 +401,12 @@ func (a *Allocator) AllocateNext(ctx context.Context, f ipaddress.Family, owner 
 	if err := a.checkOpen(); err != nil {
 		return rec, err
 	}
-	if a.locked != nil && a.cfg.observer == nil {
-		if done, err := a.allocateOneLocked(ctx, &owner, request{family: f}, &rec); done {
+	if a.locked != nil {
+		if a.cfg.observer == nil {
+			if done, _, err := a.allocateOneLocked(ctx, &owner, request{family: f}, &rec); done {
+				return rec, err
+			}
+		} else if done, err := a.allocateOneObserved(ctx, &owner, request{family: f}, &rec); done {
 			return rec, err
 		}
 	}
@@ -420,8 +424,12 @@ func (a *Allocator) Allocate(ctx context.Context, addr netip.Addr, owner ipaddre
 	if err := ipaddress.ValidateAddr(addr); err != nil {
 		return rec, err
 	}
-	if a.locked != nil && a.cfg.observer == nil {
-		if done, err := a.allocateOneLocked(ctx, &owner, request{addr: addr}, &rec); done {
+	if a.locked != nil {
+		if a.cfg.observer == nil {
+			if done, _, err := a.allocateOneLocked(ctx, &owner, request{addr: addr}, &rec); done {
+				return rec, err
+			}
+		} else if done, err := a.allocateOneObserved(ctx, &owner, request{addr: addr}, &rec); done {
 			return rec, err
 		}
 	}
@@ -460,8 +468,15 @@ func (a *Allocator) AllocateDualStack(ctx context.Context, owner ipaddress.Paren
 	if err := validateStatic(reqs); err != nil {
 		return ipv4, ipv6, err
 	}
-	if a.pairs != nil && a.cfg.observer == nil {
-		if done, err := a.allocatePairLocked(ctx, &owner, v4, v6, &ipv4, &ipv6); done {
+	if a.pairs != nil {
+		var start time.Time
+		if a.cfg.observer != nil {
+			start = time.Now()
+		}
+		if done, from, err := a.allocatePairLocked(ctx, &owner, v4, v6, &ipv4, &ipv6); done {
+			if a.cfg.observer != nil {
+				a.report(reqs, from, err, time.Since(start))
+			}
 			return ipv4, ipv6, err
 		}
 	}
@@ -489,44 +504,49 @@ func validateStatic(reqs []request) error {
 }
 
 // allocatePairLocked serves AllocateDualStack as allocateOneLocked serves
-// AllocateNext, over a store.PairLocked store with no observer: both
-// choices and the pair's create in one critical section, the index
-// updated here, no request or result slices. done false hands over to the
-// general path, as there (a static address taken, an invalid owner, a
-// Terminating CIDR to touch); *out4 and *out6 are set only when done
-// without error.
-func (a *Allocator) allocatePairLocked(ctx context.Context, owner *ipaddress.ParentRef, v4, v6 netip.Addr, out4, out6 *ipaddress.IPAddress) (done bool, err error) {
+// AllocateNext, over a store.PairLocked store: both choices and the pair's
+// create in one critical section, the index updated here, no request or
+// result slices. done false hands over to the general path, as there (a
+// static address taken, an invalid owner, a Terminating CIDR to touch);
+// *out4 and *out6 are set only when done without error. from is where
+// the requests were served from, or which failed, for the observer.
+func (a *Allocator) allocatePairLocked(ctx context.Context, owner *ipaddress.ParentRef, v4, v6 netip.Addr, out4, out6 *ipaddress.IPAddress) (done bool, from sources, err error) {
+	from.failed = -1
 	// The order of allocateOnce, whose doc says why: the first request
-	// known full decides before the owner is validated.
+	// known full decides before the owner is validated (with an observer,
+	// which is told the CIDR to blame, choosing decides).
 	if err := ctx.Err(); err != nil {
-		return true, err
+		return true, from, err
 	}
-	if !v4.IsValid() && a.full[0].Load() {
-		return true, ErrFull
+	if !v4.IsValid() && a.cfg.observer == nil && a.full[0].Load() {
+		return true, from, ErrFull
 	}
 	a.mu.Lock()
 	var c4, c6 choice
 	err = a.chooseOneLocked(request{family: ipaddress.IPv4, addr: v4}, nil, &c4)
-	if err == nil {
-		err = a.chooseOneLocked(request{family: ipaddress.IPv6, addr: v6}, nil, &c6)
+	if err != nil {
+		from.failed = 0
+	} else if err = a.chooseOneLocked(request{family: ipaddress.IPv6, addr: v6}, nil, &c6); err != nil {
+		from.failed = 1
 	}
+	from.cidr = [2]string{c4.fence.CIDR, c6.fence.CIDR}
 	var ok bool
 	if a.owner, ok = a.owners.Check(*owner); !ok || err == errInFlight {
 		a.mu.Unlock()
-		return false, nil
+		return false, from, nil
 	}
 	if err != nil {
 		a.mu.Unlock()
-		return true, err
+		return true, from, err
 	}
 	if len(a.index.Terminating()) > 0 && (len(a.touchDyingLocked(a.fenceBuf[:0], c4.addr)) > 0 || len(a.touchDyingLocked(a.fenceBuf[:0], c6.addr)) > 0) {
 		a.mu.Unlock()
-		return false, nil
+		return false, from, nil
 	}
 	rev, created, err := a.pairs.CreatePairLocked(c4.addr, c6.addr, &a.owner, c4.fence, c6.fence, a.self)
 	if err != nil {
 		a.mu.Unlock()
-		return false, nil
+		return false, from, nil
 	}
 	a.markValueLocked(c4.x, 0, true)
 	a.markValueLocked(c6.x, 1, true)
@@ -534,7 +554,7 @@ func (a *Allocator) allocatePairLocked(ctx context.Context, owner *ipaddress.Par
 	*out4 = ipaddress.IPAddress{Addr: c4.addr, Parent: *owner, Created: created, Revision: rev}
 	*out6 = ipaddress.IPAddress{Addr: c6.addr, Parent: *owner, Created: created, Revision: rev}
 	a.mu.Unlock()
-	return true, nil
+	return true, from, nil
 }
 
 // chooseOneLocked chooses where r is served from, into *c: its static
@@ -547,22 +567,39 @@ func (a *Allocator) chooseOneLocked(r request, skip []netip.Addr, c *choice) (er
 	return a.chooseNextLocked(r.family, skip, c)
 }
 
+// allocateOneObserved is allocateOneLocked for an allocator with an
+// observer, which it tells what was done.
+func (a *Allocator) allocateOneObserved(ctx context.Context, owner *ipaddress.ParentRef, r request, out *ipaddress.IPAddress) (bool, error) {
+	start := time.Now()
+	done, from, err := a.allocateOneLocked(ctx, owner, r, out)
+	if done {
+		failed := -1
+		if err != nil {
+			failed = 0
+		}
+		a.report([]request{r}, sources{cidr: [2]string{from}, failed: failed}, err, time.Since(start))
+	}
+	return done, err
+}
+
 // allocateOneLocked serves AllocateNext and Allocate over a store.Locked
-// store with no observer, the common embedded case: one choice and one
+// store, the common embedded case: one choice and one
 // record, with neither request nor result slices, and the index updated
 // here rather than through the watch. Under the store's lock the index is
 // exact, so the store refuses the choice only if something is amiss, or a
 // static address is taken; done is then false and the general path, which
 // retries, maps the refusal and reports, takes over. The record goes to
 // *out, the caller's result, when done without error; *out is left as it
-// was otherwise.
-func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.ParentRef, r request, out *ipaddress.IPAddress) (done bool, err error) {
-	// The order of allocateOnce, whose doc says why.
+// was otherwise. from names the CIDR the request was served from, or
+// failed in, for the observer (see AllocationEvent.CIDR).
+func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.ParentRef, r request, out *ipaddress.IPAddress) (done bool, from string, err error) {
+	// The order of allocateOnce, whose doc says why (with an observer,
+	// which is told the CIDR to blame, choosing decides a full range).
 	if err := ctx.Err(); err != nil {
-		return true, err
+		return true, "", err
 	}
-	if a.knownFull(r) {
-		return true, ErrFull
+	if a.cfg.observer == nil && a.knownFull(r) {
+		return true, "", ErrFull
 	}
 	// Unlocked by hand on every return below, as Release does: a defer
 	// costs 24 of the cycle's ~2,400 instructions.
@@ -584,11 +621,11 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.Pare
 	var ok bool
 	if a.owner, ok = a.owners.Check(*owner); !ok {
 		a.mu.Unlock()
-		return false, nil
+		return false, "", nil
 	}
 	if err != nil {
 		a.mu.Unlock()
-		return true, err
+		return true, c.fence.CIDR, err
 	}
 	// (touchDyingLocked checks for Terminating CIDRs too; checked here
 	// first so that the common case, none, makes no call.)
@@ -596,12 +633,12 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.Pare
 		// Inside a Terminating CIDR: the create must touch it, which
 		// takes more than the one fence this path has.
 		a.mu.Unlock()
-		return false, nil
+		return false, "", nil
 	}
 	rev, created, err := a.locked.CreateAddressLocked(c.addr, &a.owner, c.fence, a.self)
 	if err != nil {
 		a.mu.Unlock()
-		return false, nil
+		return false, "", nil
 	}
 	// addressChangedLocked, from the value chosen.
 	a.markValueLocked(c.x, famIndex(c.addr), true)
@@ -615,7 +652,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.Pare
 	out.Created = created
 	out.Revision = rev
 	a.mu.Unlock()
-	return true, nil
+	return true, c.fence.CIDR, nil
 }
 
 // prefetchFrom is how many addresses a pool holds from which a search of
@@ -674,7 +711,13 @@ func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, req
 	}
 	start := time.Now()
 	from, err := a.allocateOnce(ctx, owner, reqs, dryRun, out)
-	took := time.Since(start)
+	a.report(reqs, from, err, time.Since(start))
+	return err
+}
+
+// report tells the observer the outcome of an allocation of reqs, which
+// took took: each request's, served from where from says, or failed.
+func (a *Allocator) report(reqs []request, from sources, err error, took time.Duration) {
 	for i, r := range reqs {
 		if err != nil && from.failed >= 0 && i != from.failed {
 			// Chosen but not created, or never tried, because the other
@@ -687,7 +730,6 @@ func (a *Allocator) allocate(ctx context.Context, owner ipaddress.ParentRef, req
 		}
 		a.cfg.observer.Allocated(ev)
 	}
-	return err
 }
 
 // sources names, per request, the CIDR it was (or would have been) served
