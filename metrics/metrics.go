@@ -147,7 +147,46 @@ type Metrics struct {
 	// holds it alone: a series is never removed between an event's count
 	// and its increment.
 	mu   sync.RWMutex
-	seen map[string]*atomic.Uint64
+	seen map[string]*cidrSeries
+}
+
+// cidrSeries is what Metrics keeps per CIDR name seen: the count of its
+// events, and the series its events write, each looked up in its vector
+// by its first event (the series appears then, as WithLabelValues makes
+// it) and kept, so that later events hash no labels.
+type cidrSeries struct {
+	events atomic.Uint64
+	scopes [2]scopeSeries // static, dynamic: see scopeIndex
+}
+
+// scopeSeries are the series of one CIDR name and scope.
+type scopeSeries struct {
+	allocations, errors atomic.Pointer[prometheus.Counter]
+	duration            atomic.Pointer[prometheus.Observer]
+}
+
+// scopeIndex returns the place of scope in cidrSeries.scopes.
+func scopeIndex(scope allocator.Scope) (int, bool) {
+	switch scope {
+	case allocator.ScopeStatic:
+		return 0, true
+	case allocator.ScopeDynamic:
+		return 1, true
+	}
+	return 0, false
+}
+
+// seriesOf returns the series *p holds, or, the first time, the one vec
+// holds for cidr and scope, which it keeps in *p. Calls at once for one
+// series agree: vec gives each the same. (The labels are not a variadic
+// parameter: their slice would be made, on the heap, on every call.)
+func seriesOf[T any](p *atomic.Pointer[T], vec func(...string) T, cidr, scope string) T {
+	if s := p.Load(); s != nil {
+		return *s
+	}
+	s := vec(cidr, scope)
+	p.CompareAndSwap(nil, &s)
+	return s
 }
 
 var (
@@ -164,7 +203,7 @@ func New(opts ...Option) *Metrics {
 	}
 	n := cfg.names
 	m := &Metrics{
-		seen: map[string]*atomic.Uint64{},
+		seen: map[string]*cidrSeries{},
 		allocated: prometheus.NewDesc(n.AllocatedIPs,
 			"Gauge measuring the number of allocated IPs, per CIDR and prefix", []string{"cidr", "prefix"}, cfg.labels),
 		available: prometheus.NewDesc(n.AvailableIPs,
@@ -255,8 +294,8 @@ func (m *Metrics) seenCounts() map[string]uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := make(map[string]uint64, len(m.seen))
-	for name, n := range m.seen {
-		out[name] = n.Load()
+	for name, cs := range m.seen {
+		out[name] = cs.events.Load()
 	}
 	return out
 }
@@ -283,7 +322,7 @@ func (m *Metrics) prune(before map[string]uint64, live []cidrset.CIDR) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, name := range gone {
-		if n, ok := m.seen[name]; !ok || n.Load() != before[name] {
+		if cs, ok := m.seen[name]; !ok || cs.events.Load() != before[name] {
 			continue
 		}
 		delete(m.seen, name)
@@ -303,32 +342,46 @@ func Float(c cidrset.Count) float64 {
 // its error, and observes the duration of successful ones.
 func (m *Metrics) Allocated(ev allocator.AllocationEvent) {
 	scope := string(ev.Scope)
-	if ev.CIDR != "" {
-		m.count(ev.CIDR)
-		defer m.mu.RUnlock()
-	}
-	if ev.Err != nil {
-		m.errors.WithLabelValues(ev.CIDR, scope).Inc()
+	i, known := scopeIndex(ev.Scope)
+	if ev.CIDR == "" || !known {
+		// No CIDR (the request failed before one was chosen), which no
+		// scrape prunes; or a scope of no allocator's: the vectors alone.
+		if ev.CIDR != "" {
+			m.count(ev.CIDR)
+			defer m.mu.RUnlock()
+		}
+		if ev.Err != nil {
+			m.errors.WithLabelValues(ev.CIDR, scope).Inc()
+			return
+		}
+		m.allocations.WithLabelValues(ev.CIDR, scope).Inc()
+		m.duration.WithLabelValues(ev.CIDR, scope).Observe(ev.Duration.Seconds())
 		return
 	}
-	m.allocations.WithLabelValues(ev.CIDR, scope).Inc()
-	m.duration.WithLabelValues(ev.CIDR, scope).Observe(ev.Duration.Seconds())
+	ss := &m.count(ev.CIDR).scopes[i]
+	defer m.mu.RUnlock()
+	if ev.Err != nil {
+		seriesOf(&ss.errors, m.errors.WithLabelValues, ev.CIDR, scope).Inc()
+		return
+	}
+	seriesOf(&ss.allocations, m.allocations.WithLabelValues, ev.CIDR, scope).Inc()
+	seriesOf(&ss.duration, m.duration.WithLabelValues, ev.CIDR, scope).Observe(ev.Duration.Seconds())
 }
 
-// count counts an event for the CIDR name and returns holding m.mu
-// shared, so that no scrape prunes the name before the event's series are
-// written.
-func (m *Metrics) count(name string) {
+// count counts an event for the CIDR name and returns its series, holding
+// m.mu shared, so that no scrape prunes the name (and its series) before
+// the event's series are written.
+func (m *Metrics) count(name string) *cidrSeries {
 	for {
 		m.mu.RLock()
-		if n := m.seen[name]; n != nil {
-			n.Add(1)
-			return
+		if cs := m.seen[name]; cs != nil {
+			cs.events.Add(1)
+			return cs
 		}
 		m.mu.RUnlock()
 		m.mu.Lock()
 		if m.seen[name] == nil {
-			m.seen[name] = new(atomic.Uint64)
+			m.seen[name] = new(cidrSeries)
 		}
 		m.mu.Unlock()
 		// A scrape may prune the new entry before the read lock is taken
