@@ -43,7 +43,23 @@ type command struct {
 	// readOnly commands write nothing: they open the file read-only (a
 	// shared lock, beside other readers, and a file one may only read).
 	// They are mustExist too: a file opened read-only is never created.
+	// A command that writes but has a --dry-run decides per invocation,
+	// in its parse (dryRunAccess).
 	readOnly bool
+}
+
+// dryRunMark ends what a dry run prints in a table: the outcome it
+// reports was not brought about.
+const dryRunMark = " (dry run: nothing changed)"
+
+// dryRunAccess makes a --dry-run open the store as the reads do, and
+// write nothing: a bbolt file read-only (a shared lock, a file one may
+// only read; a missing one is refused, not created), etcd through a store
+// that refuses every write.
+func dryRunAccess(e *env) {
+	if e.cl.has("dry-run") {
+		e.access = storeAccess{mustExist: true, readOnly: true, dryRun: true}
+	}
 }
 
 var commands = []command{
@@ -923,10 +939,9 @@ func repairArgs(e *env) error {
 		}
 	}
 	// A dry run writes nothing: like the other reads, it neither creates
-	// a mistyped --db nor takes more than a shared lock.
-	if e.cl.has("dry-run") {
-		e.access = storeAccess{readOnly: true, mustExist: true}
-	}
+	// a mistyped --db nor takes more than a shared lock, and over etcd
+	// it writes nothing either.
+	dryRunAccess(e)
 	return nil
 }
 
@@ -994,7 +1009,7 @@ func printRepair(e *env, rep repair.Report, complete bool) error {
 	}
 	mode := ""
 	if rep.DryRun {
-		mode = " (dry run: nothing changed)"
+		mode = dryRunMark
 	}
 	records, consumers, findings := counted(rep.Records, "record"), counted(rep.Consumers, "consumer"), counted(len(rep.Events), "finding")
 	if complete {

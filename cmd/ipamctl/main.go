@@ -253,10 +253,16 @@ type env struct {
 }
 
 // storeAccess is how a command opens a bbolt file (command's mustExist
-// and readOnly say why).
+// and readOnly say why), and whether it may write to etcd.
 type storeAccess struct {
 	mustExist bool // a missing file is an error, not a new store
 	readOnly  bool // read-only: a shared lock, nothing written
+	// dryRun: nothing is written to etcd either, which has no read-only
+	// connection: the store refuses every write (noWrites), so that not
+	// even what the allocator does of itself is done (the removal of a
+	// CIDR left Terminating with nothing in it, when it opens the store).
+	// A dry run is readOnly and mustExist too.
+	dryRun bool
 }
 
 // input is what a command's parse (and repair's prepare) made of its
@@ -545,7 +551,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // an etcd store's watch skips.
 func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, access storeAccess, warn func(error)) (store.Store, error) {
 	if spec.etcd != nil {
-		return openEtcd(ctx, spec.etcd, log, warn)
+		st, err := openEtcd(ctx, spec.etcd, log, warn)
+		if err != nil || !access.dryRun {
+			return st, err
+		}
+		log.Debug("dry run: the etcd store takes no write")
+		return noWrites{st}, nil
 	}
 	path := spec.path
 	opts := []bolt.Option{bolt.WithLockTimeout(spec.lockTimeout)}
