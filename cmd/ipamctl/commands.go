@@ -15,6 +15,7 @@ import (
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/finalizer"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/repair"
 	"github.com/netipam/netipam/store"
@@ -68,8 +69,8 @@ var commands = []command{
 	{name: "cidr create", minArgs: 2, maxArgs: -1, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
 	{name: "cidr update", minArgs: 3, maxArgs: -1, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
-	{name: "cidr delete", minArgs: 1, maxArgs: 1, args: "NAME", run: cidrDelete, parse: cidrNameArg, mustExist: true},
-	{name: "ip allocate", flags: []string{"family", "parent", "ensure"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual] [--ensure]", run: ipAllocate, parse: ipAllocateArgs},
+	{name: "cidr delete", flags: []string{"dry-run"}, minArgs: 1, maxArgs: 1, args: "NAME [--dry-run]", run: cidrDelete, parse: cidrDeleteArgs, mustExist: true},
+	{name: "ip allocate", flags: []string{"family", "parent", "ensure", "dry-run"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual] [--ensure] [--dry-run]", run: ipAllocate, parse: ipAllocateArgs},
 	{name: "ip get", flags: []string{"parent", "cidr"}, maxArgs: 1, args: "[ADDR | --parent REF | --cidr NAME]", run: ipGet, parse: ipGetArgs, readOnly: true},
 	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs, mustExist: true},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
@@ -239,6 +240,13 @@ func cidrNameArg(e *env) error {
 	return store.CheckCIDRName(e.cl.args[0])
 }
 
+// cidrDeleteArgs checks cidr delete's NAME, as cidr get's, and makes a
+// --dry-run write nothing.
+func cidrDeleteArgs(e *env) error {
+	dryRunAccess(e)
+	return cidrNameArg(e)
+}
+
 func cidrCreate(e *env) error {
 	c, err := e.a.CreateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
 	if err != nil {
@@ -349,21 +357,37 @@ type deleteResult struct {
 	Blocking    []string `json:"blocking,omitempty"`
 	// MoreBlocking: more addresses hold the CIDR than Blocking lists.
 	MoreBlocking bool `json:"moreBlocking,omitempty"`
+	// DryRun: --dry-run, so this is what the deletion would do.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
+// cidrDelete deletes a CIDR or, with --dry-run, says what the deletion
+// would do (allocator.DryRun.DeleteCIDR), as the deletion says it, with
+// its exit code: deleted at once (0), or left Terminating, held by the
+// addresses listed (6).
 func cidrDelete(e *env) error {
 	name := e.cl.args[0]
-	err := e.a.DeleteCIDR(e.ctx, name)
+	dry, mark := e.cl.has("dry-run"), ""
+	var err error
+	if dry {
+		mark = dryRunMark
+		var d finalizer.Decision
+		if d, err = e.a.DryRun().DeleteCIDR(e.ctx, name); err == nil && !d.Remove {
+			err = &allocator.DeletionBlockedError{CIDR: name, Blocking: d.Blocking, More: d.More}
+		}
+	} else {
+		err = e.a.DeleteCIDR(e.ctx, name)
+	}
 	var blocked *allocator.DeletionBlockedError
 	switch {
 	case err == nil:
 		if e.out != formatTable {
-			return emit(e.stdout, e.out, deleteResult{Name: name, Deleted: true})
+			return emit(e.stdout, e.out, deleteResult{Name: name, Deleted: true, DryRun: dry})
 		}
-		fmt.Fprintf(e.stdout, "cidr/%s deleted\n", name)
+		fmt.Fprintf(e.stdout, "cidr/%s deleted%s\n", name, mark)
 		return nil
 	case errors.As(err, &blocked):
-		r := deleteResult{Name: name, Terminating: true, Reason: cidrset.ReasonTerminating, Message: cidrset.MessageBlockedDelete, MoreBlocking: blocked.More}
+		r := deleteResult{Name: name, Terminating: true, Reason: cidrset.ReasonTerminating, Message: cidrset.MessageBlockedDelete, MoreBlocking: blocked.More, DryRun: dry}
 		for _, a := range blocked.Blocking {
 			r.Blocking = append(r.Blocking, a.String())
 		}
@@ -372,7 +396,7 @@ func cidrDelete(e *env) error {
 				return err
 			}
 		} else {
-			fmt.Fprintf(e.stdout, "cidr/%s terminating: Ready=False reason=%s: %s\n", name, r.Reason, r.Message)
+			fmt.Fprintf(e.stdout, "cidr/%s terminating: Ready=False reason=%s: %s%s\n", name, r.Reason, r.Message, mark)
 			fmt.Fprintf(e.stdout, "blocking addresses: %s\n", blockingList(r.Blocking, r.MoreBlocking))
 		}
 		return &pendingError{err}
@@ -451,10 +475,27 @@ func ipAllocateArgs(e *env) error {
 		e.in.families = fs
 	}
 	e.in.ensure = e.cl.has("ensure")
+	dryRunAccess(e)
 	return nil
 }
 
+// ipAllocate allocates, or with --dry-run says what it would allocate,
+// and prints the records.
 func ipAllocate(e *env) error {
+	allocate := allocateRecords
+	if e.cl.has("dry-run") {
+		allocate = wouldAllocate
+	}
+	recs, err := allocate(e)
+	if err != nil {
+		return err
+	}
+	return printAllocated(e, recs)
+}
+
+// allocateRecords allocates what ip allocate asks for, and returns the
+// records.
+func allocateRecords(e *env) ([]ipaddress.IPAddress, error) {
 	ref := e.in.parent
 	var recs []ipaddress.IPAddress
 	switch fs := e.in.families; {
@@ -466,13 +507,13 @@ func ipAllocate(e *env) error {
 		}
 		rec, err := allocate(e.ctx, addr, ref)
 		if err != nil {
-			return fmt.Errorf("allocating %s: %w", addr, err)
+			return nil, fmt.Errorf("allocating %s: %w", addr, err)
 		}
 		recs = append(recs, rec)
 	case e.in.ensure && len(fs) == 1:
 		rec, err := e.a.EnsureNext(e.ctx, fs[0], ref)
 		if err != nil {
-			return fmt.Errorf("ensuring an %s address: %w", fs[0], err)
+			return nil, fmt.Errorf("ensuring an %s address: %w", fs[0], err)
 		}
 		recs = append(recs, rec)
 	case e.in.ensure:
@@ -480,36 +521,137 @@ func ipAllocate(e *env) error {
 		// keeps it whatever becomes of the other, and the error names it.
 		v4, v6, err := e.a.EnsureDualStack(e.ctx, ref)
 		if err != nil {
-			return fmt.Errorf("ensuring a dual-stack pair: %w", err)
+			return nil, fmt.Errorf("ensuring a dual-stack pair: %w", err)
 		}
 		recs = append(recs, v4, v6)
 	case len(fs) == 1:
 		rec, err := e.a.AllocateNext(e.ctx, fs[0], ref)
 		if err != nil {
-			return fmt.Errorf("allocating an %s address: %w", fs[0], err)
+			return nil, fmt.Errorf("allocating an %s address: %w", fs[0], err)
 		}
 		recs = append(recs, rec)
 	default:
 		v4, v6, err := e.a.AllocateDualStack(e.ctx, ref, netip.Addr{}, netip.Addr{})
 		if err != nil {
-			return fmt.Errorf("allocating a dual-stack pair: %w", err)
+			return nil, fmt.Errorf("allocating a dual-stack pair: %w", err)
 		}
 		recs = append(recs, v4, v6)
 	}
-	if e.out != formatTable {
-		if len(recs) == 1 {
-			return emit(e.stdout, e.out, toIPObject(recs[0]))
+	return recs, nil
+}
+
+// wouldAllocate is allocateRecords' dry run: the records ip allocate would
+// return now, or its error, said alike, from allocator.DryRun, writing
+// nothing. A record REF holds already (--ensure) is returned as it is; one
+// that would be made has no creation time, nor revision. With --family
+// the address is one the allocator would choose now: its random start
+// may choose another free one for the real command.
+func wouldAllocate(e *env) ([]ipaddress.IPAddress, error) {
+	ref, d := e.in.parent, e.a.DryRun()
+	var addrs []netip.Addr
+	switch fs := e.in.families; {
+	case len(e.in.addrs) == 1:
+		addr := e.in.addrs[0]
+		if e.in.ensure {
+			// EnsureAllocated's first answer: REF holds it already.
+			rec, err := e.a.Get(e.ctx, addr)
+			if err == nil && rec.Parent == ref {
+				return []ipaddress.IPAddress{rec}, nil
+			}
+			if err != nil && !errors.Is(err, allocator.ErrNotFound) {
+				return nil, fmt.Errorf("allocating %s: %w", addr, err)
+			}
 		}
-		l := list[ipObject]{}
+		if err := d.Allocate(e.ctx, addr, ref); err != nil {
+			return nil, fmt.Errorf("allocating %s: %w", addr, err)
+		}
+		return []ipaddress.IPAddress{{Addr: addr, Parent: ref}}, nil
+	case e.in.ensure && len(fs) == 1:
+		addr, err := d.EnsureNext(e.ctx, fs[0], ref)
+		if err != nil {
+			return nil, fmt.Errorf("ensuring an %s address: %w", fs[0], err)
+		}
+		addrs = append(addrs, addr)
+	case e.in.ensure:
+		v4, v6, err := d.EnsureDualStack(e.ctx, ref)
+		if err != nil {
+			return nil, fmt.Errorf("ensuring a dual-stack pair: %w", err)
+		}
+		addrs = append(addrs, v4, v6)
+	case len(fs) == 1:
+		addr, err := d.AllocateNext(e.ctx, fs[0], ref)
+		if err != nil {
+			return nil, fmt.Errorf("allocating an %s address: %w", fs[0], err)
+		}
+		return []ipaddress.IPAddress{{Addr: addr, Parent: ref}}, nil
+	default:
+		v4, v6, err := d.AllocateDualStack(e.ctx, ref, netip.Addr{}, netip.Addr{})
+		if err != nil {
+			return nil, fmt.Errorf("allocating a dual-stack pair: %w", err)
+		}
+		return []ipaddress.IPAddress{{Addr: v4, Parent: ref}, {Addr: v6, Parent: ref}}, nil
+	}
+	// --ensure with --family: of each address, the record REF holds, if
+	// it does, else the record that would be made.
+	recs := make([]ipaddress.IPAddress, 0, len(addrs))
+	for _, addr := range addrs {
+		rec, err := e.a.Get(e.ctx, addr)
+		switch {
+		case err == nil && rec.Parent == ref:
+			recs = append(recs, rec)
+		case err == nil || errors.Is(err, allocator.ErrNotFound):
+			recs = append(recs, ipaddress.IPAddress{Addr: addr, Parent: ref})
+		default:
+			return nil, fmt.Errorf("reading the record of %s: %w", addr, err)
+		}
+	}
+	return recs, nil
+}
+
+// ipPreview is a record as ip allocate --dry-run prints it in -o json or
+// yaml: as the real command would, less the creation time of a record not
+// made, and marked a dry run.
+type ipPreview struct {
+	ipObject
+	Created time.Time `json:"created,omitzero"` // in place of ipObject's
+	DryRun  bool      `json:"dryRun"`
+}
+
+// printAllocated prints the records ip allocate gave, or with --dry-run
+// would give, marked as such.
+func printAllocated(e *env, recs []ipaddress.IPAddress) error {
+	dry := e.cl.has("dry-run")
+	switch {
+	case e.out == formatTable:
+		mark := ""
+		if dry {
+			mark = dryRunMark
+		}
 		for _, r := range recs {
-			l.Items = append(l.Items, toIPObject(r))
+			fmt.Fprintf(e.stdout, "ipaddress/%s allocated to %s%s\n", r.Name(), r.Parent, mark)
 		}
-		return emit(e.stdout, e.out, l)
+		return nil
+	case dry:
+		var previews []ipPreview
+		for _, r := range recs {
+			o := toIPObject(r)
+			previews = append(previews, ipPreview{ipObject: o, Created: o.Created, DryRun: true})
+		}
+		if len(previews) == 1 {
+			return emit(e.stdout, e.out, previews[0])
+		}
+		return emit(e.stdout, e.out, struct {
+			DryRun bool        `json:"dryRun"`
+			Items  []ipPreview `json:"items"`
+		}{DryRun: true, Items: previews})
+	case len(recs) == 1:
+		return emit(e.stdout, e.out, toIPObject(recs[0]))
 	}
+	l := list[ipObject]{}
 	for _, r := range recs {
-		fmt.Fprintf(e.stdout, "ipaddress/%s allocated to %s\n", r.Name(), r.Parent)
+		l.Items = append(l.Items, toIPObject(r))
 	}
-	return nil
+	return emit(e.stdout, e.out, l)
 }
 
 func ipGetArgs(e *env) error {

@@ -77,6 +77,10 @@ func FuzzCommandLine(f *testing.F) {
 		"repair\x00--consumers\x00-\x00-v=true",
 		"cidr\x00get\x00-o\x00json",
 		"ip\x00allocate\x00--parent\x00services/default/web\x00--family\x006",
+		"ip\x00allocate\x00--dry-run\x00--family\x00dual\x00--ensure\x00--parent\x00services/default/web",
+		"ip\x00allocate\x0010.0.0.1\x00--parent=services/default/web\x00--dry-run=false",
+		"cidr\x00delete\x00kubernetes\x00--dry-run\x00-o\x00yaml",
+		"--dry-run\x00cidr\x00get",
 	} {
 		f.Add(line)
 	}
@@ -119,6 +123,9 @@ func FuzzCommandLine(f *testing.F) {
 //     the store flags are read as given.
 //   - The canonical rendering of the result (flags as --name=value, then
 //     "--" and the positional words) parses to the same invocation.
+//   - A --dry-run read as true opens the store as the reads do, and
+//     writes nothing (storeAccess.dryRun); without it, nothing is a dry
+//     run, and only the commands that read open a bbolt file read-only.
 func checkReading(words []string, inv *invocation) error {
 	e := inv.e
 	positional := append(strings.Fields(inv.cmd.name), e.cl.args...)
@@ -268,6 +275,13 @@ func printsBack(inv *invocation) error {
 		}
 	} else if db, ok := flags["db"]; inv.spec.path != db && (ok || inv.spec.path != "ipam.db") {
 		return fmt.Errorf("--db %q (given: %v) read as %q", db, ok, inv.spec.path)
+	}
+	access := storeAccess{mustExist: inv.cmd.mustExist || inv.cmd.readOnly, readOnly: inv.cmd.readOnly}
+	if flags["dry-run"] == "true" {
+		access = storeAccess{mustExist: true, readOnly: true, dryRun: true}
+	}
+	if e.access != access {
+		return fmt.Errorf("--dry-run %q: %s opens the store as %+v, want %+v", flags["dry-run"], inv.cmd.name, e.access, access)
 	}
 	return nil
 }
