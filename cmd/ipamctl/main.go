@@ -9,11 +9,11 @@
 //	cidr update NAME PREFIX PREFIX       make a single-stack CIDR dual-stack
 //	cidr get [NAME]                      list CIDRs (Ready or Terminating), or show
 //	                                     one with its Ready condition
-//	cidr delete NAME                     delete a CIDR (Terminating while addresses hold it)
-//	ip allocate --family 4|6|dual --parent REF [--ensure]
+//	cidr delete NAME [--dry-run]         delete a CIDR (Terminating while addresses hold it)
+//	ip allocate --family 4|6|dual --parent REF [--ensure] [--dry-run]
 //	                                     allocate the next free address(es); with
 //	                                     --ensure, only for a family REF holds none of
-//	ip allocate ADDR --parent REF [--ensure]
+//	ip allocate ADDR --parent REF [--ensure] [--dry-run]
 //	                                     allocate a given address (--ensure: REF
 //	                                     holding it already is no error)
 //	ip get [ADDR | --parent REF | --cidr NAME]
@@ -26,6 +26,11 @@
 //	                                     cannot read: warned of, exit 1)
 //	repair --consumers FILE [--dry-run] [--leak-grace 60s]
 //	usage                                size, used and free addresses per CIDR prefix
+//
+// --dry-run says what the command would do, with the exit code it would
+// give, writing nothing: it opens a bbolt file read-only, as the commands
+// that only read do. Of ip allocate --family it gives an address the
+// command may give: the command's search starts at random.
 //
 // Global flags, accepted anywhere on the line:
 //
@@ -323,11 +328,11 @@ Commands:
   cidr update NAME PREFIX PREFIX        make a single-stack CIDR dual-stack
   cidr get [NAME]                       list CIDRs (Ready or Terminating), or show
                                         one with its Ready condition
-  cidr delete NAME                      delete a CIDR (Terminating while addresses hold it)
-  ip allocate --family 4|6|dual --parent REF [--ensure]
+  cidr delete NAME [--dry-run]          delete a CIDR (Terminating while addresses hold it)
+  ip allocate --family 4|6|dual --parent REF [--ensure] [--dry-run]
                                         allocate the next free address (of each family);
                                         --ensure: print the one REF holds, if it does
-  ip allocate ADDR --parent REF [--ensure]
+  ip allocate ADDR --parent REF [--ensure] [--dry-run]
                                         allocate the given address; --ensure:
                                         print it if REF holds it already
   ip get [ADDR | --parent REF | --cidr NAME]
@@ -338,6 +343,10 @@ Commands:
   repair --consumers FILE [--dry-run] [--leak-grace 60s]
                                         reconcile records with a consumers file
   usage                                 size, used and free addresses per CIDR prefix
+
+--dry-run: say what the command would do, with the exit code it would give,
+writing nothing (a bbolt FILE is opened read-only, and must exist); of ip
+allocate --family, an address it may give (its search starts at random).
 
 Global flags, anywhere on the line:
   --db FILE             bbolt file (default ./ipam.db; created if missing

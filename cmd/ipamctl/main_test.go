@@ -1438,3 +1438,43 @@ func TestAStrandedTerminatingCIDRGoesWithTheNextCommandThatWrites(t *testing.T) 
 	c.fail(exitNotFound, "not found", "ip", "release", "10.8.0.9")
 	wantCIDRList(t, c.ok("cidr", "get"), map[string][2]string{"kept": {"10.8.0.0/24", "Ready"}})
 }
+
+// The commands that take --dry-run name it where they are listed: in their
+// usage line, the help, the package doc and the README.
+func TestEveryDryRunIsNamedWhereItsCommandIs(t *testing.T) {
+	doc, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := (&cli{t: t}).ok("help")
+	var dry []string
+	for _, cmd := range commands {
+		if !slices.Contains(cmd.flags, "dry-run") {
+			continue
+		}
+		dry = append(dry, cmd.name)
+		if !strings.Contains(cmd.args, "[--dry-run]") {
+			t.Errorf("the usage of %s, %q, does not name --dry-run", cmd.name, cmd.args)
+		}
+		for what, text := range map[string]string{"the help": help, "the package doc": string(doc)} {
+			named := false
+			for l := range strings.Lines(text) {
+				l = strings.TrimSpace(strings.TrimPrefix(l, "//"))
+				named = named || strings.HasPrefix(l, cmd.name+" ") && strings.Contains(l, "[--dry-run]")
+			}
+			if !named {
+				t.Errorf("%s lists %s without [--dry-run]", what, cmd.name)
+			}
+		}
+		if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(cmd.name) + " [^`|]*--dry-run").Match(readme) {
+			t.Errorf("README.md's table of commands has no row for %s with --dry-run", cmd.name)
+		}
+	}
+	if want := []string{"cidr delete", "ip allocate", "repair"}; !slices.Equal(dry, want) {
+		t.Errorf("the commands that take --dry-run are %v, want %v", dry, want)
+	}
+}
