@@ -42,8 +42,9 @@ type command struct {
 	// "already done".
 	mustExist bool
 	// readOnly commands write nothing: they open the file read-only (a
-	// shared lock, beside other readers, and a file one may only read).
-	// They are mustExist too: a file opened read-only is never created.
+	// shared lock, beside other readers, and a file one may only read),
+	// and etcd through a store that refuses every write (noWrites). They
+	// are mustExist too: a file opened read-only is never created.
 	// A command that writes but has a --dry-run decides per invocation,
 	// in its parse (dryRunAccess).
 	readOnly bool
@@ -59,7 +60,7 @@ const dryRunMark = " (dry run: nothing changed)"
 // that refuses every write.
 func dryRunAccess(e *env) {
 	if e.cl.has("dry-run") {
-		e.access = storeAccess{mustExist: true, readOnly: true, dryRun: true}
+		e.access = storeAccess{mustExist: true, readOnly: true}
 	}
 }
 

@@ -393,12 +393,13 @@ func TestADryRunLeavesAStrandedTerminatingCIDRAsItIs(t *testing.T) {
 	c.fail(exitNotFound, `cidr "stranded" not found`, "cidr", "delete", "stranded")
 }
 
-// Over etcd a dry run writes nothing either, though etcd has no read-only
-// connection: every form of ip allocate --dry-run, cidr delete --dry-run
-// (held, at once, stranded) and repair --dry-run leave etcd at its
-// revision, the CIDR left Terminating with nothing in it included, which
-// the next command that writes removes. (Over etcd, so does cidr get.)
-func TestADryRunOverEtcdWritesNothing(t *testing.T) {
+// Over etcd a dry run writes nothing either, nor does a command that only
+// reads, though etcd has no read-only connection: every form of ip
+// allocate --dry-run, cidr delete --dry-run (held, at once, stranded),
+// repair --dry-run, cidr get, ip get and usage leave etcd at its revision,
+// the CIDR left Terminating with nothing in it included, which the next
+// command that writes removes.
+func TestDryRunsAndReadsOverEtcdWriteNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd")
 	}
@@ -452,6 +453,9 @@ func TestADryRunOverEtcdWritesNothing(t *testing.T) {
 		if r := c.run(append(tc.args, "--dry-run")...); r.code != tc.code {
 			t.Errorf("ipamctl %s --dry-run: exit %d, want %d\n%s%s", strings.Join(tc.args, " "), r.code, tc.code, r.stdout, r.stderr)
 		}
+	}
+	for _, read := range [][]string{{"cidr", "get"}, {"cidr", "get", "stranded"}, {"ip", "get"}, {"ip", "get", "--parent", "services/default/held"}, {"ip", "get", "--cidr", "v4"}, {"usage"}} {
+		c.ok(read...)
 	}
 	if after := revision(); after != before {
 		t.Errorf("the dry runs took etcd from revision %d to %d", before, after)

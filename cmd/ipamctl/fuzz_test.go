@@ -124,8 +124,8 @@ func FuzzCommandLine(f *testing.F) {
 //   - The canonical rendering of the result (flags as --name=value, then
 //     "--" and the positional words) parses to the same invocation.
 //   - A --dry-run read as true opens the store as the reads do, and
-//     writes nothing (storeAccess.dryRun); without it, nothing is a dry
-//     run, and only the commands that read open a bbolt file read-only.
+//     writes nothing (storeAccess.readOnly); without it, nothing is a
+//     dry run, and only the commands that read open the store read-only.
 func checkReading(words []string, inv *invocation) error {
 	e := inv.e
 	positional := append(strings.Fields(inv.cmd.name), e.cl.args...)
@@ -278,7 +278,7 @@ func printsBack(inv *invocation) error {
 	}
 	access := storeAccess{mustExist: inv.cmd.mustExist || inv.cmd.readOnly, readOnly: inv.cmd.readOnly}
 	if flags["dry-run"] == "true" {
-		access = storeAccess{mustExist: true, readOnly: true, dryRun: true}
+		access = storeAccess{mustExist: true, readOnly: true}
 	}
 	if e.access != access {
 		return fmt.Errorf("--dry-run %q: %s opens the store as %+v, want %+v", flags["dry-run"], inv.cmd.name, e.access, access)

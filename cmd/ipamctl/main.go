@@ -257,17 +257,16 @@ type env struct {
 	access storeAccess // how the command opens a bbolt file
 }
 
-// storeAccess is how a command opens a bbolt file (command's mustExist
-// and readOnly say why), and whether it may write to etcd.
+// storeAccess is how a command opens its store (command's mustExist and
+// readOnly say why).
 type storeAccess struct {
 	mustExist bool // a missing file is an error, not a new store
-	readOnly  bool // read-only: a shared lock, nothing written
-	// dryRun: nothing is written to etcd either, which has no read-only
-	// connection: the store refuses every write (noWrites), so that not
-	// even what the allocator does of itself is done (the removal of a
-	// CIDR left Terminating with nothing in it, when it opens the store).
-	// A dry run is readOnly and mustExist too.
-	dryRun bool
+	// readOnly: nothing is written. A bbolt file is opened read-only, a
+	// shared lock; etcd, which has no read-only connection, through a
+	// store that refuses every write (noWrites), so that not even what
+	// the allocator does of itself is done (the removal of a CIDR left
+	// Terminating with nothing in it, when it opens the store).
+	readOnly bool
 }
 
 // input is what a command's parse (and repair's prepare) made of its
@@ -561,10 +560,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func openStore(ctx context.Context, spec storeSpec, log *slog.Logger, access storeAccess, warn func(error)) (store.Store, error) {
 	if spec.etcd != nil {
 		st, err := openEtcd(ctx, spec.etcd, log, warn)
-		if err != nil || !access.dryRun {
+		if err != nil || !access.readOnly {
 			return st, err
 		}
-		log.Debug("dry run: the etcd store takes no write")
+		log.Debug("read-only: the etcd store takes no write")
 		return noWrites{st}, nil
 	}
 	path := spec.path
