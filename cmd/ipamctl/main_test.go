@@ -351,15 +351,8 @@ func TestHelpAndMessagesSayWhatTheCommandsDo(t *testing.T) {
 	}
 	and := func(s []string) string { return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1] }
 	words := func(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, "//", "")), " ") }
-	doc, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for what, text := range map[string]string{"help": c.ok("help"), "the package doc": string(doc), "README.md": string(readme)} {
+	doc, readme := docs(t)
+	for what, text := range map[string]string{"help": c.ok("help"), "the package doc": doc, "README.md": readme} {
 		want := "created if missing or empty only by " + and(creators) + " without --dry-run"
 		if what == "README.md" {
 			want = "created if missing or empty by " + and(quoted) + " (not `--dry-run`)"
@@ -1442,14 +1435,7 @@ func TestAStrandedTerminatingCIDRGoesWithTheNextCommandThatWrites(t *testing.T) 
 // The commands that take --dry-run name it where they are listed: in their
 // usage line, the help, the package doc and the README.
 func TestEveryDryRunIsNamedWhereItsCommandIs(t *testing.T) {
-	doc, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc, readme := docs(t)
 	help := (&cli{t: t}).ok("help")
 	var dry []string
 	for _, cmd := range commands {
@@ -1460,7 +1446,7 @@ func TestEveryDryRunIsNamedWhereItsCommandIs(t *testing.T) {
 		if !strings.Contains(cmd.args, "[--dry-run]") {
 			t.Errorf("the usage of %s, %q, does not name --dry-run", cmd.name, cmd.args)
 		}
-		for what, text := range map[string]string{"the help": help, "the package doc": string(doc)} {
+		for what, text := range map[string]string{"the help": help, "the package doc": doc} {
 			named := false
 			for l := range strings.Lines(text) {
 				l = strings.TrimSpace(strings.TrimPrefix(l, "//"))
@@ -1470,11 +1456,28 @@ func TestEveryDryRunIsNamedWhereItsCommandIs(t *testing.T) {
 				t.Errorf("%s lists %s without [--dry-run]", what, cmd.name)
 			}
 		}
-		if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(cmd.name) + " [^`|]*--dry-run").Match(readme) {
+		if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(cmd.name) + " [^`|]*--dry-run").MatchString(readme) {
 			t.Errorf("README.md's table of commands has no row for %s with --dry-run", cmd.name)
 		}
 	}
 	if want := []string{"cidr delete", "ip allocate", "repair"}; !slices.Equal(dry, want) {
 		t.Errorf("the commands that take --dry-run are %v, want %v", dry, want)
 	}
+}
+
+// docs returns the package doc's file (main.go) and README.md, where the
+// commands are listed for their readers.
+func docs(t *testing.T) (doc, readme string) {
+	t.Helper()
+	for _, f := range []struct {
+		name string
+		into *string
+	}{{"main.go", &doc}, {"README.md", &readme}} {
+		b, err := os.ReadFile(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*f.into = string(b)
+	}
+	return doc, readme
 }
