@@ -583,9 +583,9 @@ func (a *Allocator) allocateOneObserved(ctx context.Context, owner *ipaddress.Pa
 }
 
 // allocateOneLocked serves AllocateNext and Allocate over a store.Locked
-// store, the common embedded case: one choice and one
-// record, with neither request nor result slices, and the index updated
-// here rather than through the watch. Under the store's lock the index is
+// store, the common embedded case: one choice and one record, with
+// neither request nor result slices, and the index updated here rather
+// than through the watch. Under the store's lock the index is
 // exact, so the store refuses the choice only if something is amiss, or a
 // static address is taken; done is then false and the general path, which
 // retries, maps the refusal and reports, takes over. The record goes to
