@@ -598,7 +598,7 @@ func (a *Allocator) allocateOneLocked(ctx context.Context, owner *ipaddress.Pare
 	if err := ctx.Err(); err != nil {
 		return true, "", err
 	}
-	if a.cfg.observer == nil && a.knownFull(r) {
+	if a.knownFull(r) && a.cfg.observer == nil {
 		return true, "", ErrFull
 	}
 	// Unlocked by hand on every return below, as Release does: a defer
