@@ -145,6 +145,21 @@ func (a *Allocator) UpdateCIDR(ctx context.Context, name string, prefixes ...net
 // still at old's revision: an error matching store.ErrConflict if it
 // changed since, for the caller to read it again and decide anew.
 func (a *Allocator) updateCIDRFrom(ctx context.Context, old cidrset.CIDR, prefixes []netip.Prefix) (cidrset.CIDR, error) {
+	upd, err := a.checkUpdate(ctx, old, prefixes)
+	if err != nil {
+		return cidrset.CIDR{}, err
+	}
+	got, err := a.st.UpdateCIDR(ctx, upd)
+	if err != nil {
+		return cidrset.CIDR{}, cidrError(old.Name, err)
+	}
+	return got, a.settleWrite(ctx, got)
+}
+
+// checkUpdate returns old given prefixes, to be stored, if UpdateCIDR may
+// make it so: the change cidrset.ValidateUpdate allows, and the admission
+// checks admit. UpdateCIDR and its dry run decide by it alike.
+func (a *Allocator) checkUpdate(ctx context.Context, old cidrset.CIDR, prefixes []netip.Prefix) (cidrset.CIDR, error) {
 	upd := old.Clone()
 	upd.Prefixes = slices.Clone(prefixes)
 	if err := cidrset.ValidateUpdate(old, upd); err != nil {
@@ -153,11 +168,7 @@ func (a *Allocator) updateCIDRFrom(ctx context.Context, old cidrset.CIDR, prefix
 	if err := a.admitCIDR(ctx, &old, upd); err != nil {
 		return cidrset.CIDR{}, err
 	}
-	got, err := a.st.UpdateCIDR(ctx, upd)
-	if err != nil {
-		return cidrset.CIDR{}, cidrError(old.Name, err)
-	}
-	return got, a.settleWrite(ctx, got)
+	return upd, nil
 }
 
 // DeleteCIDR requests the deletion of a CIDR: it is marked Terminating at

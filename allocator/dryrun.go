@@ -159,6 +159,21 @@ func (d DryRun) CreateCIDR(ctx context.Context, name string, prefixes ...netip.P
 	return nil
 }
 
+// UpdateCIDR returns the CIDR UpdateCIDR would store now, or the error it
+// would give: a CIDR that does not exist, a change cidrset.ValidateUpdate
+// refuses, or one the admission checks refuse. The CIDR returned has the
+// stored one's revision, not the one the update would give it.
+func (d DryRun) UpdateCIDR(ctx context.Context, name string, prefixes ...netip.Prefix) (cidrset.CIDR, error) {
+	if err := d.checkOpen(); err != nil {
+		return cidrset.CIDR{}, err
+	}
+	old, err := d.a.st.GetCIDR(ctx, name)
+	if err != nil {
+		return cidrset.CIDR{}, cidrError(name, err)
+	}
+	return d.a.checkUpdate(ctx, old, prefixes)
+}
+
 // DeleteCIDR tells whether deleting the CIDR now would remove it at once,
 // and if not which addresses would hold it.
 func (d DryRun) DeleteCIDR(ctx context.Context, name string) (finalizer.Decision, error) {

@@ -20,6 +20,7 @@ func TestTheZeroDryRunIsClosed(t *testing.T) {
 		"AllocateNext": func() error { _, err := d.AllocateNext(ctx, 4, svc("x")); return err },
 		"CreateCIDR":   func() error { return d.CreateCIDR(ctx, "c", pfx("10.0.0.0/24")) },
 		"DeleteCIDR":   func() error { _, err := d.DeleteCIDR(ctx, "c"); return err },
+		"UpdateCIDR":   func() error { _, err := d.UpdateCIDR(ctx, "c", pfx("10.0.0.0/24")); return err },
 		"AllocateDualStack": func() error {
 			_, _, err := d.AllocateDualStack(ctx, svc("x"), netip.Addr{}, netip.Addr{})
 			return err
