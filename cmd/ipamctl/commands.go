@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,13 +68,13 @@ func dryRunAccess(e *env) {
 var commands = []command{
 	// More than two prefixes are cidrset.Validate's to refuse, with SPEC
 	// §1's message ("may only hold up to 2 values"), not the usage's.
-	{name: "cidr create", minArgs: 2, maxArgs: -1, args: "NAME PREFIX [PREFIX]", run: cidrCreate, parse: cidrCreateArgs},
-	{name: "cidr update", minArgs: 3, maxArgs: -1, args: "NAME PREFIX PREFIX", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
+	{name: "cidr create", flags: []string{"dry-run"}, minArgs: 2, maxArgs: -1, args: "NAME PREFIX [PREFIX] [--dry-run]", run: cidrCreate, parse: cidrCreateArgs},
+	{name: "cidr update", flags: []string{"dry-run"}, minArgs: 3, maxArgs: -1, args: "NAME PREFIX PREFIX [--dry-run]", run: cidrUpdate, parse: cidrUpdateArgs, mustExist: true},
 	{name: "cidr get", maxArgs: 1, args: "[NAME]", run: cidrGet, parse: cidrNameArg, readOnly: true},
 	{name: "cidr delete", flags: []string{"dry-run"}, minArgs: 1, maxArgs: 1, args: "NAME [--dry-run]", run: cidrDelete, parse: cidrDeleteArgs, mustExist: true},
 	{name: "ip allocate", flags: []string{"family", "parent", "ensure", "dry-run"}, maxArgs: 1, args: "[ADDR] --parent REF [--family 4|6|dual] [--ensure] [--dry-run]", run: ipAllocate, parse: ipAllocateArgs},
 	{name: "ip get", flags: []string{"parent", "cidr"}, maxArgs: 1, args: "[ADDR | --parent REF | --cidr NAME]", run: ipGet, parse: ipGetArgs, readOnly: true},
-	{name: "ip release", flags: []string{"parent"}, maxArgs: -1, args: "ADDR... | --parent REF", run: ipRelease, parse: ipReleaseArgs, mustExist: true},
+	{name: "ip release", flags: []string{"parent", "dry-run"}, maxArgs: -1, args: "ADDR... | --parent REF [--dry-run]", run: ipRelease, parse: ipReleaseArgs, mustExist: true},
 	{name: "repair", flags: []string{"consumers", "dry-run", "leak-grace"}, args: "--consumers FILE [--dry-run] [--leak-grace D]", run: repairCmd, parse: repairArgs, prepare: repairInput},
 	{name: "usage", args: "", run: usageCmd, readOnly: true},
 }
@@ -207,8 +208,10 @@ func parsePrefixes(args []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// cidrCreateArgs checks the CIDR as CreateCIDR does first.
+// cidrCreateArgs checks the CIDR as CreateCIDR does first, and makes a
+// --dry-run write nothing.
 func cidrCreateArgs(e *env) error {
+	dryRunAccess(e)
 	prefixes, err := parsePrefixes(e.cl.args[1:])
 	if err != nil {
 		return err
@@ -218,8 +221,10 @@ func cidrCreateArgs(e *env) error {
 }
 
 // cidrUpdateArgs checks the CIDR as it would be after the update; whether
-// the stored one may become it is the store's to say.
+// the stored one may become it is the store's to say. A --dry-run writes
+// nothing.
 func cidrUpdateArgs(e *env) error {
+	dryRunAccess(e)
 	prefixes, err := parsePrefixes(e.cl.args[1:])
 	if err != nil {
 		return err
@@ -248,28 +253,62 @@ func cidrDeleteArgs(e *env) error {
 	return cidrNameArg(e)
 }
 
+// cidrCreate creates a CIDR or, with --dry-run, says whether it would
+// (allocator.DryRun.CreateCIDR): the CIDR it would create, or its error.
 func cidrCreate(e *env) error {
-	c, err := e.a.CreateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
+	var c cidrset.CIDR
+	var err error
+	if e.cl.has("dry-run") {
+		c = cidrset.CIDR{Name: e.cl.args[0], Prefixes: e.in.prefixes}
+		err = e.a.DryRun().CreateCIDR(e.ctx, c.Name, c.Prefixes...)
+	} else {
+		c, err = e.a.CreateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
+	}
 	if err != nil {
 		return err
 	}
-	if e.out != formatTable {
-		return emit(e.stdout, e.out, toCIDRObject(c))
-	}
-	fmt.Fprintf(e.stdout, "cidr/%s created\n", c.Name)
-	return nil
+	return printCIDRWritten(e, c, "created")
 }
 
+// cidrUpdate updates a CIDR or, with --dry-run, says whether it would
+// (allocator.DryRun.UpdateCIDR): the CIDR as it would be, or its error.
 func cidrUpdate(e *env) error {
-	c, err := e.a.UpdateCIDR(e.ctx, e.cl.args[0], e.in.prefixes...)
+	update := e.a.UpdateCIDR
+	if e.cl.has("dry-run") {
+		update = e.a.DryRun().UpdateCIDR
+	}
+	c, err := update(e.ctx, e.cl.args[0], e.in.prefixes...)
 	if err != nil {
 		return notFound("cidr", e.cl.args[0], err)
 	}
-	if e.out != formatTable {
-		return emit(e.stdout, e.out, toCIDRObject(c))
+	return printCIDRWritten(e, c, "updated")
+}
+
+// cidrPreview is a CIDR as cidr create or update --dry-run prints it in
+// -o json or yaml: as the real command would, less the creation time of a
+// CIDR not created, and marked a dry run.
+type cidrPreview struct {
+	cidrObject
+	Created time.Time `json:"created,omitzero"` // in place of cidrObject's
+	DryRun  bool      `json:"dryRun"`
+}
+
+// printCIDRWritten prints the CIDR cidr create or update wrote (done:
+// "created", "updated") or, with --dry-run, would write, marked as such.
+func printCIDRWritten(e *env, c cidrset.CIDR, done string) error {
+	dry := e.cl.has("dry-run")
+	switch {
+	case e.out == formatTable && dry:
+		fmt.Fprintf(e.stdout, "cidr/%s %s%s\n", c.Name, done, dryRunMark)
+		return nil
+	case e.out == formatTable:
+		fmt.Fprintf(e.stdout, "cidr/%s %s\n", c.Name, done)
+		return nil
+	case dry:
+		o := toCIDRObject(c)
+		return emit(e.stdout, e.out, cidrPreview{cidrObject: o, Created: o.Created, DryRun: true})
 	}
-	fmt.Fprintf(e.stdout, "cidr/%s updated\n", c.Name)
-	return nil
+	return emit(e.stdout, e.out, toCIDRObject(c))
 }
 
 func cidrGet(e *env) error {
@@ -760,14 +799,40 @@ func ipReleaseArgs(e *env) error {
 	case e.in.byParent && len(e.cl.args) > 0:
 		return usageErrorf("ip release: give addresses or --parent, not both")
 	case !e.in.byParent && len(e.cl.args) == 0:
-		return usageErrorf("usage: ipamctl ip release ADDR... | --parent REF")
+		return usageErrorf("usage: ipamctl ip release ADDR... | --parent REF [--dry-run]")
 	}
+	dryRunAccess(e)
 	return addrArgs(e)
 }
 
+// ipRelease releases addresses, or an owner's, or with --dry-run says
+// what it would release, as it says it, with its exit code: the records
+// it would release are those the store holds now (Get, AddressesOf), read
+// and not deleted.
 func ipRelease(e *env) error {
+	release, releaseOwner := e.a.Release, e.a.ReleaseOwner
+	if e.cl.has("dry-run") {
+		release = func(ctx context.Context, a netip.Addr) error {
+			_, err := e.a.Get(ctx, a)
+			return err
+		}
+		releaseOwner = func(ctx context.Context, owner ipaddress.ParentRef) ([]netip.Addr, error) {
+			recs, err := e.a.AddressesOf(ctx, owner)
+			// As ReleaseOwner: the records it read despite those it
+			// could not, none on any other error.
+			var skipped *store.SkippedError
+			if err != nil && !errors.As(err, &skipped) {
+				return nil, err
+			}
+			var addrs []netip.Addr
+			for _, r := range recs {
+				addrs = append(addrs, r.Addr)
+			}
+			return addrs, err
+		}
+	}
 	if e.in.byParent {
-		released, err := e.a.ReleaseOwner(e.ctx, e.in.parent)
+		released, err := releaseOwner(e.ctx, e.in.parent)
 		// Records the store cannot decode might be the owner's: the
 		// others are released, and the command fails (exit 1, corrupt
 		// data) so that a script does not take the owner for gone.
@@ -805,7 +870,7 @@ func ipRelease(e *env) error {
 			continue
 		}
 		done[a] = true
-		err := e.a.Release(e.ctx, a)
+		err := release(e.ctx, a)
 		switch {
 		case err == nil:
 			released = append(released, a)
@@ -850,13 +915,17 @@ func addrsNotFound(addrs []netip.Addr) error {
 }
 
 // printReleased prints the addresses released and, in -o json|yaml, those
-// named that had no record (table output names them in the error).
+// named that had no record (table output names them in the error); with
+// --dry-run, those it would release, marked as such.
 func printReleased(e *env, addrs, missing []netip.Addr) error {
+	dry := e.cl.has("dry-run")
 	if e.out != formatTable {
 		out := struct {
 			Released []string `json:"released"`
 			NotFound []string `json:"notFound,omitempty"`
-		}{Released: []string{}}
+			// DryRun: --dry-run, so these are what it would release.
+			DryRun bool `json:"dryRun,omitempty"`
+		}{Released: []string{}, DryRun: dry}
 		for _, a := range addrs {
 			out.Released = append(out.Released, a.String())
 		}
@@ -865,8 +934,12 @@ func printReleased(e *env, addrs, missing []netip.Addr) error {
 		}
 		return emit(e.stdout, e.out, out)
 	}
+	mark := ""
+	if dry {
+		mark = dryRunMark
+	}
 	for _, a := range addrs {
-		fmt.Fprintf(e.stdout, "ipaddress/%s released\n", a)
+		fmt.Fprintf(e.stdout, "ipaddress/%s released%s\n", a, mark)
 	}
 	return nil
 }

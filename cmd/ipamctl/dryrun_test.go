@@ -146,11 +146,12 @@ func TestADryRunOfIPAllocatePrintsWhatTheCommandThenPrints(t *testing.T) {
 	}
 }
 
-// sameButMarked tells how dry, what ip allocate --dry-run -o json printed,
-// differs from real, what the command then printed, beyond "dryRun": true
-// (on the object, or on the list and each of its items) and the creation
-// time of the records the command made; held records of dry must be
-// printed whole.
+// sameButMarked tells how dry, what a --dry-run -o json printed (ip
+// allocate's, cidr create's, cidr update's, ip release's), differs from
+// real, what the command then printed, beyond "dryRun": true (on the
+// object, or on the list and each of its items) and the creation time of
+// the objects the command made; held objects of dry (records REF holds,
+// a CIDR updated) must be printed whole.
 func sameButMarked(dry, real string, held int) error {
 	var d, r map[string]any
 	if err := json.Unmarshal([]byte(dry), &d); err != nil {
@@ -318,9 +319,107 @@ func TestADryRunOfCIDRDeleteSaysWhetherItWouldGoAtOnce(t *testing.T) {
 	}
 }
 
+// sameAsTheCommand runs ipamctl args --dry-run (through dryRunOn: the file
+// opened read-only, its bytes unchanged) on a copy of base, then args on
+// the same copy, in a table and again in JSON, and fails t unless both
+// exit code, and the dry run says what the command then says: the same
+// stderr, the same stdout with each line marked a dry run, and in JSON
+// the same objects, marked, less the creation time of those the command
+// made (sameButMarked, held objects printed whole).
+func sameAsTheCommand(t *testing.T, base []byte, args []string, code, held int) {
+	t.Helper()
+	line := strings.Join(args, " ")
+	for _, out := range [][]string{nil, {"-o", "json"}} {
+		args := append(slices.Clone(args), out...)
+		path := copyOf(t, base)
+		dry := dryRunOn(t, path, args...)
+		real := (&cli{t: t, store: []string{"--db", path}}).run(args...)
+		if dry.code != code || real.code != code {
+			t.Errorf("ipamctl %s %s: dry run exit %d, the command %d; want %d\n%s%s", line, out, dry.code, real.code, code, dry.stderr, real.stderr)
+		}
+		if dry.stderr != real.stderr {
+			t.Errorf("ipamctl %s %s: the dry run said\n%s\nthe command\n%s", line, out, dry.stderr, real.stderr)
+		}
+		switch {
+		case out == nil && dry.stdout != marked(real.stdout):
+			t.Errorf("ipamctl %s --dry-run printed\n%s\nthe command then\n%s", line, dry.stdout, real.stdout)
+		case out != nil && real.stdout == "" && dry.stdout != "":
+			t.Errorf("ipamctl %s %s --dry-run printed\n%s\nthe command nothing", line, out, dry.stdout)
+		case out != nil && real.stdout != "":
+			if err := sameButMarked(dry.stdout, real.stdout, held); err != nil {
+				t.Errorf("ipamctl %s %s: %v\ndry run:\n%s\nthe command then:\n%s", line, out, err, dry.stdout, real.stdout)
+			}
+		}
+	}
+}
+
+// cidr create and cidr update --dry-run say what the command run next
+// says, with its exit code, and do none of it (sameAsTheCommand): a CIDR
+// that would be created (exit 0, in JSON without "created"), or updated
+// (exit 0, in JSON whole: a Terminating one stays so); a name taken (exit
+// 4), a CIDR not there (3), a change UpdateCIDR refuses (a prefix changed,
+// dual- to single-stack: 2), an invalid CIDR (2).
+func TestADryRunOfCIDRCreateAndUpdateSaysWhatTheCommandThenSays(t *testing.T) {
+	c := newBoltCLI(t)
+	c.ok("cidr", "create", "single", "10.0.0.0/24")
+	c.ok("cidr", "create", "dual", "10.1.0.0/24", "fd00:1::/120")
+	c.ok("cidr", "create", "going", "10.2.0.0/24")
+	c.ok("ip", "allocate", "10.2.0.7", "--parent", "services/default/keeper")
+	c.fail(exitPending, "", "cidr", "delete", "going")
+	base := readFile(t, c.store[1])
+	for _, tc := range []struct {
+		args []string
+		code int
+		held int // 1: the CIDR is printed whole (it exists)
+	}{
+		{[]string{"cidr", "create", "new", "10.3.0.0/24"}, exitOK, 0},
+		{[]string{"cidr", "create", "new", "10.3.0.0/24", "fd00:3::/120"}, exitOK, 0},
+		{[]string{"cidr", "create", "over", "10.0.0.0/24"}, exitOK, 0}, // overlapping is allowed
+		{[]string{"cidr", "create", "single", "10.3.0.0/24"}, exitConflict, 0},
+		{[]string{"cidr", "create", "going", "10.3.0.0/24"}, exitConflict, 0},
+		{[]string{"cidr", "create", "Bad_Name", "10.3.0.0/24"}, exitUsage, 0},
+		{[]string{"cidr", "create", "two", "10.3.0.0/24", "10.4.0.0/24"}, exitUsage, 0},
+		{[]string{"cidr", "update", "single", "10.0.0.0/24", "fd00::/120"}, exitOK, 1},
+		{[]string{"cidr", "update", "dual", "10.1.0.0/24", "fd00:1::/120"}, exitOK, 1}, // unchanged
+		{[]string{"cidr", "update", "going", "10.2.0.0/24", "fd00:2::/120"}, exitOK, 1},
+		{[]string{"cidr", "update", "nosuch", "10.0.0.0/24", "fd00::/120"}, exitNotFound, 0},
+		{[]string{"cidr", "update", "single", "10.9.0.0/24", "fd00::/120"}, exitUsage, 0},
+		{[]string{"cidr", "update", "dual", "10.1.0.0/24", "fd00:9::/120"}, exitUsage, 0},
+		{[]string{"cidr", "update", "dual", "10.1.0.0/24"}, exitUsage, 0},
+		{[]string{"cidr", "update", "single", "10.0.0.0/24", "10.9.0.0/24"}, exitUsage, 0},
+	} {
+		sameAsTheCommand(t, base, tc.args, tc.code, tc.held)
+	}
+}
+
+// ip release --dry-run says what the command run next says, with its exit
+// code, and releases nothing (sameAsTheCommand): the addresses it would
+// release (an address named twice, once), those without a record named
+// as the command names them (exit 3, the others listed); by owner, each
+// address it holds, and of one that holds none, the same note on stderr
+// (exit 0).
+func TestADryRunOfIPReleaseSaysWhatTheCommandThenSays(t *testing.T) {
+	base := dryRunFixture(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"ip", "release", "10.0.0.1"}, exitOK},
+		{[]string{"ip", "release", "fd00::1", "10.0.0.2", "fd00::1"}, exitOK},
+		{[]string{"ip", "release", "10.0.0.1", "10.0.0.4", "fd00::5"}, exitNotFound},
+		{[]string{"ip", "release", "10.0.0.4"}, exitNotFound},
+		{[]string{"ip", "release", "10.0.0.256"}, exitUsage},
+		{[]string{"ip", "release", "--parent", "services/default/held"}, exitOK},
+		{[]string{"ip", "release", "--parent", "services/default/half"}, exitOK},
+		{[]string{"ip", "release", "--parent", "services/default/new"}, exitOK},
+	} {
+		sameAsTheCommand(t, base, tc.args, tc.code, 0)
+	}
+}
+
 // A dry run reads, as cidr get does: it refuses a missing --db file, or
 // an empty one, exit 1, creating or changing nothing, where the command
-// itself (ip allocate) would make a store of it.
+// itself (ip allocate, cidr create) would make a store of it.
 func TestADryRunRefusesAMissingDBFile(t *testing.T) {
 	dir := t.TempDir()
 	missing, empty := filepath.Join(dir, "typo.db"), filepath.Join(dir, "empty.db")
@@ -333,6 +432,10 @@ func TestADryRunRefusesAMissingDBFile(t *testing.T) {
 		{"ip", "allocate", "10.0.0.1", "--parent", "services/default/a", "--dry-run"},
 		{"ip", "allocate", "10.0.0.1", "--parent", "services/default/a", "--ensure", "--dry-run"},
 		{"cidr", "delete", "kubernetes", "--dry-run"},
+		{"cidr", "create", "kubernetes", "10.96.0.0/24", "--dry-run"},
+		{"cidr", "update", "kubernetes", "10.96.0.0/24", "fd00::/120", "--dry-run"},
+		{"ip", "release", "10.0.0.1", "--dry-run"},
+		{"ip", "release", "--parent", "services/default/a", "--dry-run"},
 	} {
 		(&cli{t: t, store: []string{"--db", missing}}).fail(exitError, "no store at "+missing+" (this command does not create one; check --db)", args...)
 		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
@@ -396,7 +499,9 @@ func TestADryRunLeavesAStrandedTerminatingCIDRAsItIs(t *testing.T) {
 // Over etcd a dry run writes nothing either, nor does a command that only
 // reads, though etcd has no read-only connection: every form of ip
 // allocate --dry-run, cidr delete --dry-run (held, at once, stranded),
-// repair --dry-run, cidr get, ip get and usage leave etcd at its revision,
+// repair --dry-run, cidr create and update --dry-run, ip release --dry-run
+// (by address and by owner), cidr get, ip get and usage leave etcd at its
+// revision,
 // the CIDR left Terminating with nothing in it included, which the next
 // command that writes removes.
 func TestDryRunsAndReadsOverEtcdWriteNothing(t *testing.T) {
@@ -449,6 +554,16 @@ func TestDryRunsAndReadsOverEtcdWriteNothing(t *testing.T) {
 		{[]string{"cidr", "delete", "empty"}, exitOK},
 		{[]string{"cidr", "delete", "stranded"}, exitOK},
 		{[]string{"repair", "--consumers", consumers, "--leak-grace", "0s"}, exitOK},
+		{[]string{"cidr", "create", "new", "10.6.0.0/24", "fd00:6::/120"}, exitOK},
+		{[]string{"cidr", "create", "v4", "10.6.0.0/24"}, exitConflict},
+		{[]string{"cidr", "update", "v4", "10.0.0.0/29", "fd00:9::/125"}, exitOK},
+		{[]string{"cidr", "update", "stranded", "10.9.0.0/24", "fd00:9::/120"}, exitOK},
+		{[]string{"cidr", "update", "v4", "10.7.0.0/29", "fd00:9::/125"}, exitUsage},
+		{[]string{"cidr", "update", "nosuch", "10.7.0.0/29", "fd00:9::/125"}, exitNotFound},
+		{[]string{"ip", "release", "10.0.0.1"}, exitOK},
+		{[]string{"ip", "release", "10.0.0.1", "10.0.0.2"}, exitNotFound},
+		{[]string{"ip", "release", "--parent", "services/default/held"}, exitOK},
+		{[]string{"ip", "release", "--parent", "services/default/new"}, exitOK},
 	} {
 		if r := c.run(append(tc.args, "--dry-run")...); r.code != tc.code {
 			t.Errorf("ipamctl %s --dry-run: exit %d, want %d\n%s%s", strings.Join(tc.args, " "), r.code, tc.code, r.stdout, r.stderr)
@@ -462,9 +577,12 @@ func TestDryRunsAndReadsOverEtcdWriteNothing(t *testing.T) {
 	}
 	ctx := context.Background()
 	for name, terminating := range map[string]bool{"v4": false, "v6": false, "empty": false, "stranded": true} {
-		if got, err := st.GetCIDR(ctx, name); err != nil || got.Terminating != terminating {
-			t.Errorf("after the dry runs, CIDR %s is %+v, %v; want it Terminating: %v", name, got, err, terminating)
+		if got, err := st.GetCIDR(ctx, name); err != nil || got.Terminating != terminating || len(got.Prefixes) != 1 {
+			t.Errorf("after the dry runs, CIDR %s is %+v, %v; want it single-stack, Terminating: %v", name, got, err, terminating)
 		}
+	}
+	if got, err := st.GetCIDR(ctx, "new"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after cidr create new --dry-run, the store holds %+v, %v", got, err)
 	}
 	if recs, err := st.ListAddresses(ctx); err != nil || len(recs) != 1 || recs[0].Addr != netip.MustParseAddr("10.0.0.1") {
 		t.Errorf("after the dry runs, the records are %+v, %v; want 10.0.0.1's only", recs, err)

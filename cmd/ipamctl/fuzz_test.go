@@ -81,6 +81,10 @@ func FuzzCommandLine(f *testing.F) {
 		"ip\x00allocate\x0010.0.0.1\x00--parent=services/default/web\x00--dry-run=false",
 		"cidr\x00delete\x00kubernetes\x00--dry-run\x00-o\x00yaml",
 		"--dry-run\x00cidr\x00get",
+		"cidr\x00create\x00--dry-run\x00dual\x0010.0.0.0/16\x00fd00::/108",
+		"cidr\x00update\x00x\x0010.0.0.0/24\x00fd00::/120\x00--dry-run=true\x00-o=json",
+		"ip\x00release\x0010.0.0.1\x00fd00::1\x00--dry-run",
+		"ip\x00release\x00--parent\x00services/default/web\x00--dry-run=false",
 	} {
 		f.Add(line)
 	}

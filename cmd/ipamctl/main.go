@@ -5,8 +5,10 @@
 //
 //	ipamctl [global flags] COMMAND [ARGS] [flags]
 //
-//	cidr create NAME PREFIX [PREFIX]     create a CIDR (one prefix per family)
-//	cidr update NAME PREFIX PREFIX       make a single-stack CIDR dual-stack
+//	cidr create NAME PREFIX [PREFIX] [--dry-run]
+//	                                     create a CIDR (one prefix per family)
+//	cidr update NAME PREFIX PREFIX [--dry-run]
+//	                                     make a single-stack CIDR dual-stack
 //	cidr get [NAME]                      list CIDRs (Ready or Terminating), or show
 //	                                     one with its Ready condition
 //	cidr delete NAME [--dry-run]         delete a CIDR (Terminating while addresses hold it)
@@ -20,7 +22,8 @@
 //	                                     list records, show one, those of one owner,
 //	                                     or those inside a CIDR
 //	                                     (a record it cannot read: warned of, exit 1)
-//	ip release ADDR... | --parent REF    release addresses, or an owner's
+//	ip release ADDR... | --parent REF [--dry-run]
+//	                                     release addresses, or an owner's
 //	                                     (an ADDR without a record: named, the
 //	                                     others released, exit 3; a record it
 //	                                     cannot read: warned of, exit 1)
@@ -323,8 +326,10 @@ const usageText = `
 Usage: ipamctl [--db FILE | --etcd HOST:PORT,... [etcd flags]] [-o json|yaml] [-v] COMMAND
 
 Commands:
-  cidr create NAME PREFIX [PREFIX]      create a CIDR (one prefix per family)
-  cidr update NAME PREFIX PREFIX        make a single-stack CIDR dual-stack
+  cidr create NAME PREFIX [PREFIX] [--dry-run]
+                                        create a CIDR (one prefix per family)
+  cidr update NAME PREFIX PREFIX [--dry-run]
+                                        make a single-stack CIDR dual-stack
   cidr get [NAME]                       list CIDRs (Ready or Terminating), or show
                                         one with its Ready condition
   cidr delete NAME [--dry-run]          delete a CIDR (Terminating while addresses hold it)
@@ -337,7 +342,8 @@ Commands:
   ip get [ADDR | --parent REF | --cidr NAME]
                                         list address records, show one, an owner's,
                                         or those inside a CIDR
-  ip release ADDR... | --parent REF     release addresses (those without a record
+  ip release ADDR... | --parent REF [--dry-run]
+                                        release addresses (those without a record
                                         are named, the others released: exit 3)
   repair --consumers FILE [--dry-run] [--leak-grace 60s]
                                         reconcile records with a consumers file

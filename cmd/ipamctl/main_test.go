@@ -1460,7 +1460,7 @@ func TestEveryDryRunIsNamedWhereItsCommandIs(t *testing.T) {
 			t.Errorf("README.md's table of commands has no row for %s with --dry-run", cmd.name)
 		}
 	}
-	if want := []string{"cidr delete", "ip allocate", "repair"}; !slices.Equal(dry, want) {
+	if want := []string{"cidr create", "cidr update", "cidr delete", "ip allocate", "ip release", "repair"}; !slices.Equal(dry, want) {
 		t.Errorf("the commands that take --dry-run are %v, want %v", dry, want)
 	}
 }
