@@ -341,25 +341,21 @@ func Float(c cidrset.Count) float64 {
 // Allocated implements allocator.Observer: it counts the allocation or
 // its error, and observes the duration of successful ones.
 func (m *Metrics) Allocated(ev allocator.AllocationEvent) {
-	scope := string(ev.Scope)
-	i, known := scopeIndex(ev.Scope)
-	if ev.CIDR == "" || !known {
-		// No CIDR (the request failed before one was chosen), which no
-		// scrape prunes; or a scope of no allocator's: the vectors alone.
-		if ev.CIDR != "" {
-			m.count(ev.CIDR)
-			defer m.mu.RUnlock()
+	var ss *scopeSeries
+	if ev.CIDR != "" {
+		cs := m.count(ev.CIDR)
+		defer m.mu.RUnlock()
+		if i, ok := scopeIndex(ev.Scope); ok {
+			ss = &cs.scopes[i]
 		}
-		if ev.Err != nil {
-			m.errors.WithLabelValues(ev.CIDR, scope).Inc()
-			return
-		}
-		m.allocations.WithLabelValues(ev.CIDR, scope).Inc()
-		m.duration.WithLabelValues(ev.CIDR, scope).Observe(ev.Duration.Seconds())
-		return
 	}
-	ss := &m.count(ev.CIDR).scopes[i]
-	defer m.mu.RUnlock()
+	if ss == nil {
+		// No CIDR (the request failed before one was chosen), whose
+		// series no scrape prunes, or a scope of no allocator's: looked
+		// up anew, as the event is rare.
+		ss = new(scopeSeries)
+	}
+	scope := string(ev.Scope)
 	if ev.Err != nil {
 		seriesOf(&ss.errors, m.errors.WithLabelValues, ev.CIDR, scope).Inc()
 		return
