@@ -454,6 +454,22 @@ type PairLocked interface {
 	CreatePairLocked(v4, v6 netip.Addr, owner *ipaddress.ValidParentRef, f4, f6 Fence, self Watcher) (rev int64, created time.Time, err error)
 }
 
+// SinceReader is implemented by a store whose AddressesOf must first learn
+// the store's current revision, a round trip (store/etcd), for a caller
+// that needs less: the writes up to a revision it knows, its own write's.
+// allocator.EnsureNext and EnsureDualStack read an owner's records back so
+// after they allocate: the calls at once for one owner agree on the record
+// of lowest revision, and a call needs to see only those of a revision not
+// above its own record's to tell whether its record is that one.
+type SinceReader interface {
+	// AddressesOfSince is AddressesOf at revision rev or later: the answer
+	// shows every write of revision rev or lower, and may lack writes
+	// completed before the call of a later revision. A rev the store has
+	// not reached is an *ipaddress.FieldError for "revision", matching
+	// ipaddress.ErrInvalid; a rev of 0 or less asks for no write.
+	AddressesOfSince(ctx context.Context, owner ipaddress.ParentRef, rev int64) ([]ipaddress.IPAddress, error)
+}
+
 // Snapshot is the whole state of a store at one revision.
 type Snapshot struct {
 	Revision int64

@@ -241,6 +241,41 @@ func BenchmarkAllocateReleaseOverEtcd(b *testing.B) {
 	}
 }
 
+// BenchmarkEnsureNextOverEtcd is a network plugin's setup over etcd, one
+// embedded member with fsync on: EnsureNext for an owner holding no
+// address, and its release (op=allocate); EnsureNext for an owner holding
+// one, a setup retried (op=held).
+//
+//	go test -run x -bench EnsureNextOverEtcd -benchtime 1000x ./store/etcd/
+func BenchmarkEnsureNextOverEtcd(b *testing.B) {
+	ctx := context.Background()
+	c := startCluster(b, 1)
+	a := benchAllocator(b, c.newClient(b), "/bench-ensure", "10.0.0.0/16")
+	owner := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: "bench"}
+	b.Run("op=allocate", func(b *testing.B) {
+		for b.Loop() {
+			rec, err := a.EnsureNext(ctx, ipaddress.IPv4, owner)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := a.Release(ctx, rec.Addr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("op=held", func(b *testing.B) {
+		held, err := a.EnsureNext(ctx, ipaddress.IPv4, owner)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if rec, err := a.EnsureNext(ctx, ipaddress.IPv4, owner); err != nil || rec.Addr != held.Addr {
+				b.Fatalf("EnsureNext = %s, %v; want %s", rec.Addr, err, held.Addr)
+			}
+		}
+	})
+}
+
 // benchAllocator returns an allocator over a store under prefix holding one
 // CIDR, "bench", of cidr; both are closed when b ends.
 func benchAllocator(b *testing.B, cli *clientv3.Client, prefix, cidr string) *allocator.Allocator {

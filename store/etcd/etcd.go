@@ -310,6 +310,10 @@ type Store struct {
 	calls     int
 	idle      chan struct{}
 	closeWait time.Duration // the constant closeWait, but in tests
+	// ownWriteWait is how long AddressesOfSince waits for the owner index
+	// to reach a revision before it asks etcd for its current one: the
+	// constant ownWriteWait, but in tests.
+	ownWriteWait time.Duration
 
 	// startMu orders starting a watch goroutine with Close: a goroutine is
 	// added to watches only while the store is open.
@@ -322,7 +326,10 @@ type Store struct {
 	watches   sync.WaitGroup
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.SinceReader = (*Store)(nil)
+)
 
 // New returns a store on client. The client should know every endpoint of
 // the cluster. A nil client, or a prefix CheckPrefix refuses, is an error
@@ -332,7 +339,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, &ipaddress.FieldError{Field: "client", Required: true, Detail: "an etcd store needs an etcd client"}
 	}
-	s := &Store{cli: client, prefix: DefaultPrefix, now: time.Now, pageSize: defaultPageSize, closeWait: closeWait}
+	s := &Store{cli: client, prefix: DefaultPrefix, now: time.Now, pageSize: defaultPageSize, closeWait: closeWait, ownWriteWait: ownWriteWait}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -1165,6 +1172,44 @@ func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]i
 	}
 	if err := x.waitFor(ctx, resp.Header.Revision); err != nil {
 		return nil, err
+	}
+	return x.lookup(owner)
+}
+
+// ownWriteWait is how long AddressesOfSince waits for the owner index to
+// reach a revision on its own. An address write's event comes within a
+// millisecond or so; a revision of any other write comes with no event,
+// and is reached only when etcd is asked for a progress notification.
+const ownWriteWait = progressEvery
+
+// AddressesOfSince implements store.SinceReader, from the owner index as
+// AddressesOf: once the index has applied revision rev, with no read of
+// etcd's current revision. An address write's revision is there within a
+// moment, the watch bringing it. One the index has not reached within
+// ownWriteWait is waited for as AddressesOf waits for its own, after a
+// read of the current revision, which also tells a rev etcd has not
+// reached (an *ipaddress.FieldError for "revision").
+func (s *Store) AddressesOfSince(ctx context.Context, owner ipaddress.ParentRef, rev int64) ([]ipaddress.IPAddress, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	x, err := s.ownerIndex()
+	if err != nil {
+		return nil, err
+	}
+	// Revision 1 at least: the index is at 0 until its first listing.
+	if !x.reaches(ctx, max(rev, 1), s.ownWriteWait) {
+		resp, err := s.cli.Get(ctx, s.ipPfx, clientv3.WithCountOnly())
+		if err != nil {
+			return nil, s.wrap("addresses of", err)
+		}
+		if cur := resp.Header.Revision; cur < rev {
+			return nil, &ipaddress.FieldError{Field: "revision", Value: strconv.FormatInt(rev, 10), Detail: fmt.Sprintf("the store is at revision %d", cur)}
+		}
+		if err := x.waitFor(ctx, resp.Header.Revision); err != nil {
+			return nil, err
+		}
 	}
 	return x.lookup(owner)
 }

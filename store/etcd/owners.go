@@ -317,6 +317,30 @@ func (x *ownerIndex) waitFor(ctx context.Context, rev int64) error {
 	}
 }
 
+// reaches waits up to d for the index to reflect revision rev, without
+// asking etcd for anything, and reports whether it does.
+func (x *ownerIndex) reaches(ctx context.Context, rev int64, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		x.mu.Lock()
+		at, advance := x.rev, x.advance
+		x.mu.Unlock()
+		if at >= rev {
+			return true
+		}
+		select {
+		case <-advance:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-x.s.stop.Done():
+			return false
+		}
+	}
+}
+
 // lookup returns owner's records, in address order, and a
 // *store.SkippedError naming every key that cannot be decoded, in key order:
 // any of them might be owner's.

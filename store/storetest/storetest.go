@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"TouchingFenceGivesTheCIDRANewRevision", testAddressFenceTouch},
 		{"OwnerIndex", testOwnerIndex},
 		{"OwnerIndexTakesAnyOwner", testOwnerIndexTakesAnyOwner},
+		{"OwnerIndexSinceARevision", testOwnerIndexSince},
 		{"RevisionsStrictlyIncrease", testRevisions},
 		{"WatchResetThenEveryChangeInOrder", testWatch},
 		{"WatchStopsWithContext", testWatchStops},
@@ -643,6 +644,38 @@ func testOwnerIndex(t *testing.T, s store.Store) {
 	other.Namespace = "kube-system"
 	if recs, err := s.AddressesOf(ctx, other); err != nil || len(recs) != 0 {
 		t.Fatalf("AddressesOf(%v) = %v, %v", other, recs, err)
+	}
+}
+
+// testOwnerIndexSince checks a store.SinceReader store's AddressesOfSince:
+// since the revision of the owner's last write, or of a later write of
+// another kind, or of none, it answers as AddressesOf does; since a
+// revision the store has not reached, it is an *ipaddress.FieldError for
+// "revision". Stores that do not implement it pass.
+func testOwnerIndexSince(t *testing.T, s store.Store) {
+	sr, ok := s.(store.SinceReader)
+	if !ok {
+		return
+	}
+	ctx := ctxT(t)
+	mustAddr(t, s, "10.0.0.1", "a")
+	mustAddr(t, s, "10.0.0.2", "b")
+	last := mustAddr(t, s, "fd00::1", "a")
+	want, err := s.AddressesOf(ctx, owner("a"))
+	if err != nil || len(want) != 2 {
+		t.Fatalf("AddressesOf(a) = %+v, %v; want two records", want, err)
+	}
+	c := mustCIDR(t, s, "later", "10.1.0.0/24")
+	for _, rev := range []int64{last.Revision, c.Revision, 0, -1} {
+		got, err := sr.AddressesOfSince(ctx, owner("a"), rev)
+		if err != nil || !sameRecords(got, want) {
+			t.Errorf("AddressesOfSince(a, %d) = %+v, %v; want %+v", rev, got, err, want)
+		}
+	}
+	ahead := c.Revision + 1000
+	var fe *ipaddress.FieldError
+	if got, err := sr.AddressesOfSince(ctx, owner("a"), ahead); !errors.As(err, &fe) || fe.Field != "revision" || !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Errorf("AddressesOfSince(a, %d), a revision the store has not reached = %+v, %v; want a FieldError for revision", ahead, got, err)
 	}
 }
 
