@@ -89,7 +89,11 @@
 // the client (an allocator's) does when started or resumed after the latest
 // write. A caller therefore sees every write that completed before its
 // call, its own and any other client's, and no answer is older than the
-// call.
+// call. AddressesOfSince (store.SinceReader) makes no read: it waits until
+// the index has applied the revision it is given, which the watch brings
+// within a moment when it is an address write's. allocator.EnsureNext
+// reads an owner's records back so after it allocates, one round trip
+// fewer.
 //
 // A process that never calls AddressesOf pays nothing for the index. One
 // that does pays, on the first call, a listing of every record (about 1.2 s
