@@ -649,9 +649,10 @@ func testOwnerIndex(t *testing.T, s store.Store) {
 
 // testOwnerIndexSince checks a store.SinceReader store's AddressesOfSince:
 // since the revision of the owner's last write, or of a later write of
-// another kind, or of none, it answers as AddressesOf does; since a
-// revision the store has not reached, it is an *ipaddress.FieldError for
-// "revision". Stores that do not implement it pass.
+// another kind, or of none, it answers as AddressesOf does; since that of
+// a delete, without the record deleted; since a revision the store has
+// not reached, it is an *ipaddress.FieldError for "revision". Stores that
+// do not implement it pass.
 func testOwnerIndexSince(t *testing.T, s store.Store) {
 	sr, ok := s.(store.SinceReader)
 	if !ok {
@@ -672,7 +673,15 @@ func testOwnerIndexSince(t *testing.T, s store.Store) {
 			t.Errorf("AddressesOfSince(a, %d) = %+v, %v; want %+v", rev, got, err, want)
 		}
 	}
-	ahead := c.Revision + 1000
+	// A delete up to the revision asked for is applied too.
+	_, deleted, err := s.DeleteAddress(ctx, ip("10.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sr.AddressesOfSince(ctx, owner("a"), deleted); err != nil || !sameRecords(got, want[1:]) {
+		t.Errorf("AddressesOfSince(a, %d), the revision of 10.0.0.1's delete = %+v, %v; want %+v", deleted, got, err, want[1:])
+	}
+	ahead := deleted + 1000
 	var fe *ipaddress.FieldError
 	if got, err := sr.AddressesOfSince(ctx, owner("a"), ahead); !errors.As(err, &fe) || fe.Field != "revision" || !errors.Is(err, ipaddress.ErrInvalid) {
 		t.Errorf("AddressesOfSince(a, %d), a revision the store has not reached = %+v, %v; want a FieldError for revision", ahead, got, err)
