@@ -1161,23 +1161,7 @@ func (s *Store) GetAddress(ctx context.Context, addr netip.Addr) (ipaddress.IPAd
 // owner's: each is named in a *store.SkippedError (its Err a
 // *CorruptError), returned with owner's records.
 func (s *Store) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
-	if err := s.begin(ctx); err != nil {
-		return nil, err
-	}
-	defer s.end()
-	x, err := s.ownerIndex()
-	if err != nil {
-		return nil, err
-	}
-	// A key that is never written: the read costs etcd next to nothing.
-	resp, err := s.cli.Get(ctx, s.ipPfx, clientv3.WithCountOnly())
-	if err != nil {
-		return nil, s.wrap("addresses of", err)
-	}
-	if err := x.waitFor(ctx, resp.Header.Revision); err != nil {
-		return nil, err
-	}
-	return x.lookup(owner)
+	return s.addressesOf(ctx, owner, 0)
 }
 
 // ownWriteWait is how long AddressesOfSince waits for the owner index to
@@ -1194,6 +1178,13 @@ const ownWriteWait = progressEvery
 // read of the current revision, which also tells a rev etcd has not
 // reached (an *ipaddress.FieldError for "revision").
 func (s *Store) AddressesOfSince(ctx context.Context, owner ipaddress.ParentRef, rev int64) ([]ipaddress.IPAddress, error) {
+	// Revision 1 at least: the index is at 0 until its first listing.
+	return s.addressesOf(ctx, owner, max(rev, 1))
+}
+
+// addressesOf returns owner's records from the owner index once it has
+// applied revision since or, since 0, etcd's current revision.
+func (s *Store) addressesOf(ctx context.Context, owner ipaddress.ParentRef, since int64) ([]ipaddress.IPAddress, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -1202,16 +1193,17 @@ func (s *Store) AddressesOfSince(ctx context.Context, owner ipaddress.ParentRef,
 	if err != nil {
 		return nil, err
 	}
-	// Revision 1 at least: the index is at 0 until its first listing.
-	if !x.reaches(ctx, max(rev, 1), s.ownWriteWait) {
+	if since == 0 || !x.reaches(ctx, since, s.ownWriteWait) {
+		// A key that is never written: the read costs etcd next to nothing.
 		resp, err := s.cli.Get(ctx, s.ipPfx, clientv3.WithCountOnly())
 		if err != nil {
 			return nil, s.wrap("addresses of", err)
 		}
-		if cur := resp.Header.Revision; cur < rev {
-			return nil, &ipaddress.FieldError{Field: "revision", Value: strconv.FormatInt(rev, 10), Detail: fmt.Sprintf("the store is at revision %d", cur)}
+		cur := resp.Header.Revision
+		if cur < since {
+			return nil, &ipaddress.FieldError{Field: "revision", Value: strconv.FormatInt(since, 10), Detail: fmt.Sprintf("the store is at revision %d", cur)}
 		}
-		if err := x.waitFor(ctx, resp.Header.Revision); err != nil {
+		if err := x.waitFor(ctx, cur); err != nil {
 			return nil, err
 		}
 	}
