@@ -276,6 +276,31 @@ func BenchmarkEnsureNextOverEtcd(b *testing.B) {
 	})
 }
 
+// BenchmarkReleaseOwnerOverEtcd is a network plugin's teardown of a
+// dual-stack pod over etcd, one embedded member with fsync on: the pair
+// allocated (AllocateDualStack, one transaction), then given back by owner
+// (ReleaseOwner: an owner lookup, then each address released at the
+// revision it was listed at).
+//
+//	go test -run x -bench ReleaseOwnerOverEtcd -benchtime 500x ./store/etcd/
+func BenchmarkReleaseOwnerOverEtcd(b *testing.B) {
+	ctx := context.Background()
+	c := startCluster(b, 1)
+	a := benchAllocator(b, c.newClient(b), "/bench-release-owner", "10.0.0.0/16")
+	if _, err := a.UpdateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/112")); err != nil {
+		b.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: "bench"}
+	for b.Loop() {
+		if _, _, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{}); err != nil {
+			b.Fatal(err)
+		}
+		if got, err := a.ReleaseOwner(ctx, owner); err != nil || len(got) != 2 {
+			b.Fatalf("ReleaseOwner = %v, %v; want a pair", got, err)
+		}
+	}
+}
+
 // benchAllocator returns an allocator over a store under prefix holding one
 // CIDR, "bench", of cidr; both are closed when b ends.
 func benchAllocator(b *testing.B, cli *clientv3.Client, prefix, cidr string) *allocator.Allocator {
