@@ -1493,6 +1493,33 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 	return nil
 }
 
+// releaseBatch is how many records releaseRecords deletes in one write:
+// store/etcd's MaxBatch.
+const releaseBatch = 64
+
+// releaseRecords releases recs, records of one owner as listed, through d,
+// in writes of releaseBatch records, and returns the addresses released and
+// the records of every write d refused with ErrConflict (one of them changed
+// since, or is held in a form d does not delete), which the caller releases
+// one by one. On another error it returns the addresses released before it.
+func (a *Allocator) releaseRecords(ctx context.Context, d store.RecordsDeleter, recs []ipaddress.IPAddress) (left []ipaddress.IPAddress, out []netip.Addr, err error) {
+	for batch := range slices.Chunk(recs, releaseBatch) {
+		deleted, err := d.DeleteRecords(ctx, batch)
+		if errors.Is(err, store.ErrConflict) {
+			left = append(left, batch...)
+			continue
+		}
+		if err != nil {
+			return nil, out, err
+		}
+		for _, r := range batch {
+			a.released(ctx, r.Addr, deleted)
+			out = append(out, r.Addr)
+		}
+	}
+	return left, out, nil
+}
+
 // releaseWait bounds a release's wait for a lagging index: the release is
 // done, and a watch that far behind is the reconciler's to catch up with.
 const releaseWait = 5 * time.Second
@@ -1588,7 +1615,10 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 // released. Each is released at the revision it was listed at: one freed
 // by someone else since, perhaps allocated to another owner by now, is
 // left alone and not returned. On an error, the addresses released before
-// it are returned with it.
+// it are returned with it. Over a store.RecordsDeleter they are released
+// up to 64 in one write (store/etcd: one transaction, where each address
+// alone takes a read and a transaction); the records of a write refused
+// because one of them changed are released one by one.
 //
 // Records the store cannot decode hide none of owner's others: when
 // AddressesOf returns a *store.SkippedError, the records it returned are
@@ -1612,6 +1642,12 @@ func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef)
 		return nil, listErr
 	}
 	var out []netip.Addr
+	if d, ok := a.st.(store.RecordsDeleter); ok {
+		var err error
+		if recs, out, err = a.releaseRecords(ctx, d, recs); err != nil {
+			return out, err
+		}
+	}
 	for _, r := range recs {
 		err := a.ReleaseAt(ctx, r.Addr, r.Revision)
 		switch {

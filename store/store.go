@@ -470,6 +470,23 @@ type SinceReader interface {
 	AddressesOfSince(ctx context.Context, owner ipaddress.ParentRef, rev int64) ([]ipaddress.IPAddress, error)
 }
 
+// RecordsDeleter is implemented by a store that deletes several records
+// in one write, for a caller that read them (allocator.ReleaseOwner: the
+// records AddressesOf returned): store/etcd, where DeleteAddressAt is a
+// read and a transaction for each address, and this one transaction for
+// all of them.
+type RecordsDeleter interface {
+	// DeleteRecords deletes the records of recs, each only if the store
+	// holds it as it is given (address, revision, owner and creation
+	// time), all in one write of one revision, or none. It returns that
+	// revision; no records is no write, and revision 0. ErrConflict if
+	// any is replaced or gone since, or held in a form this call does not
+	// delete, which DeleteAddressAt does (each store says which); an
+	// error matching ipaddress.ErrInvalid for an address given twice or
+	// more records than the store deletes at once.
+	DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (deleted int64, err error)
+}
+
 // Snapshot is the whole state of a store at one revision.
 type Snapshot struct {
 	Revision int64

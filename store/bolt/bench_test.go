@@ -54,6 +54,28 @@ func BenchmarkAllocateNextRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkReleaseOwner is a network plugin's teardown of a dual-stack pod
+// on one node: the pair allocated (AllocateDualStack, one synced write),
+// then given back by owner (ReleaseOwner).
+//
+//	go test -run x -bench ReleaseOwner -benchtime 500x ./store/bolt/
+func BenchmarkReleaseOwner(b *testing.B) {
+	ctx := context.Background()
+	a := benchAllocator(b)
+	if _, err := a.UpdateCIDR(ctx, "bench", netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("fd00::/112")); err != nil {
+		b.Fatal(err)
+	}
+	owner := ipaddress.ParentRef{Resource: "pods", Namespace: "bench", Name: "pod"}
+	for b.Loop() {
+		if _, _, err := a.AllocateDualStack(ctx, owner, netip.Addr{}, netip.Addr{}); err != nil {
+			b.Fatal(err)
+		}
+		if got, err := a.ReleaseOwner(ctx, owner); err != nil || len(got) != 2 {
+			b.Fatalf("ReleaseOwner = %v, %v; want a pair", got, err)
+		}
+	}
+}
+
 // BenchmarkAllocateNextReleaseParallel is the same from many goroutines
 // at once, each for its own owner: GOMAXPROCS × per-proc of them, as many
 // pods starting on one node at once. Their writes share commits (group

@@ -162,7 +162,10 @@ type watcher struct {
 	w   store.Watcher
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.RecordsDeleter = (*Store)(nil)
+)
 
 // Open opens the store in the file at path, creating it if missing. The
 // file stays locked until Close; if another process holds it, Open waits up
@@ -884,6 +887,51 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, want int64, 
 		return ipaddress.IPAddress{}, 0, err
 	}
 	return rec, deleted, nil
+}
+
+// DeleteRecords implements store.RecordsDeleter: one write transaction, and
+// one fsync, for all of recs, where DeleteAddressAt takes one each.
+func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (int64, error) {
+	if len(recs) == 0 {
+		return 0, s.checkOpen(ctx)
+	}
+	seen := make(map[netip.Addr]bool, len(recs))
+	for _, r := range recs {
+		if seen[r.Addr] {
+			return 0, &ipaddress.FieldError{Field: "records", Value: r.Addr.String(), Detail: "an address given twice"}
+		}
+		seen[r.Addr] = true
+	}
+	var deleted int64
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		deleted = rev
+		evs := make([]store.Event, 0, len(recs))
+		for _, want := range recs {
+			if checkAddr(want.Addr) != nil {
+				return nil, fmt.Errorf("address %q is no record's: %w", want.Addr, store.ErrConflict)
+			}
+			key := appendAddrKey(nil, want.Addr)
+			rec, ok, err := getAddress(tx, want.Addr, key)
+			switch {
+			case err != nil:
+				return nil, err
+			case !ok || rec.Revision != want.Revision || rec.Parent != want.Parent || !rec.Created.Equal(want.Created):
+				return nil, fmt.Errorf("address %s: not the record given: %w", want.Addr, store.ErrConflict)
+			}
+			if err := deleteOwnerEntry(tx, rec, key); err != nil {
+				return nil, err
+			}
+			if err := tx.Bucket(bucketAddrs).Delete(key); err != nil {
+				return nil, err
+			}
+			evs = append(evs, store.Event{Kind: store.AddressDeleted, Revision: rev, Address: rec})
+		}
+		return evs, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return deleted, nil
 }
 
 // deleteOwnerEntry deletes the owner index's entry for rec, stored under

@@ -331,8 +331,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store       = (*Store)(nil)
-	_ store.SinceReader = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.SinceReader    = (*Store)(nil)
+	_ store.RecordsDeleter = (*Store)(nil)
 )
 
 // New returns a store on client. The client should know every endpoint of
@@ -1067,6 +1068,51 @@ func (s *Store) deleteAddress(ctx context.Context, addr netip.Addr, at bool, rev
 		// Changed since the read (released, and maybe taken again): look
 		// again.
 	}
+}
+
+// DeleteRecords implements store.RecordsDeleter: one transaction, which
+// compares each record's key with its revision and its value with the one
+// this store writes for the record, and deletes them all. The value's
+// compare is what keeps a key whose value does not decode from being
+// deleted blind. A record ReplaceAddressAt wrote, or one of layout 1 (whose
+// owner key goes with it), never matches: ErrConflict, and DeleteAddressAt
+// deletes those. At most MaxBatch records.
+func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (int64, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	defer s.end()
+	if len(recs) > MaxBatch {
+		return 0, &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: fmt.Sprintf("at most %d records deleted in one batch of the etcd store", MaxBatch)}
+	}
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	cmps := make([]clientv3.Cmp, 0, 2*len(recs))
+	dels := make([]clientv3.Op, 0, len(recs))
+	seen := make(map[netip.Addr]bool, len(recs))
+	for _, r := range recs {
+		if seen[r.Addr] {
+			return 0, &ipaddress.FieldError{Field: "records", Value: r.Addr.String(), Detail: "an address given twice"}
+		}
+		seen[r.Addr] = true
+		if err := noRecord(r.Addr); err != nil {
+			return 0, fmt.Errorf("address %q is no record's: %w", r.Addr, store.ErrConflict)
+		}
+		key := s.addrKey(r.Addr)
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision),
+			clientv3.Compare(clientv3.Value(key), "=", string(encodeRecord(r))))
+		dels = append(dels, clientv3.OpDelete(key))
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(dels...).Commit()
+	if err != nil {
+		return 0, s.wrapWrite("delete records", err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("deleting %d records: one or more changed since they were read: %w", len(recs), store.ErrConflict)
+	}
+	return resp.Header.Revision, nil
 }
 
 // ReplaceAddressAt implements store.Store: one transaction, conditional on

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"OwnerIndex", testOwnerIndex},
 		{"OwnerIndexTakesAnyOwner", testOwnerIndexTakesAnyOwner},
 		{"OwnerIndexSinceARevision", testOwnerIndexSince},
+		{"RecordsDeleteIsAllOrNothing", testDeleteRecords},
 		{"RevisionsStrictlyIncrease", testRevisions},
 		{"WatchResetThenEveryChangeInOrder", testWatch},
 		{"WatchStopsWithContext", testWatchStops},
@@ -685,6 +686,80 @@ func testOwnerIndexSince(t *testing.T, s store.Store) {
 	var fe *ipaddress.FieldError
 	if got, err := sr.AddressesOfSince(ctx, owner("a"), ahead); !errors.As(err, &fe) || fe.Field != "revision" || !errors.Is(err, ipaddress.ErrInvalid) {
 		t.Errorf("AddressesOfSince(a, %d), a revision the store has not reached = %+v, %v; want a FieldError for revision", ahead, got, err)
+	}
+}
+
+// testDeleteRecords checks a store.RecordsDeleter store's DeleteRecords:
+// records as an owner lookup returned them are deleted in one revision,
+// watched as deletes of it; a batch with any record replaced, gone, or
+// given with another owner, revision or creation time deletes none
+// (ErrConflict); an address twice is invalid; no records is no write.
+// Stores that do not implement it pass.
+func testDeleteRecords(t *testing.T, s store.Store) {
+	d, ok := s.(store.RecordsDeleter)
+	if !ok {
+		return
+	}
+	ctx := ctxT(t)
+	for _, a := range []string{"10.0.0.1", "10.0.0.2", "fd00::1"} {
+		mustAddr(t, s, a, "a")
+	}
+	mustAddr(t, s, "10.0.0.3", "b")
+	recs, err := s.AddressesOf(ctx, owner("a"))
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("AddressesOf(a) = %+v, %v; want three records", recs, err)
+	}
+	if rev, err := d.DeleteRecords(ctx, nil); rev != 0 || err != nil {
+		t.Errorf("DeleteRecords(none) = %d, %v; want 0, nil", rev, err)
+	}
+	if _, err := d.DeleteRecords(ctx, []ipaddress.IPAddress{recs[0], recs[1], recs[0]}); !errors.Is(err, ipaddress.ErrInvalid) {
+		t.Errorf("DeleteRecords with an address twice: %v; want ErrInvalid", err)
+	}
+	b, err := s.GetAddress(ctx, ip("10.0.0.3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := func(f func(*ipaddress.IPAddress)) ipaddress.IPAddress {
+		r := recs[2]
+		f(&r)
+		return r
+	}
+	for _, tc := range []struct {
+		what string
+		rec  ipaddress.IPAddress
+	}{
+		{"another owner", changed(func(r *ipaddress.IPAddress) { r.Parent = owner("c") })},
+		{"another revision", changed(func(r *ipaddress.IPAddress) { r.Revision++ })},
+		{"another creation time", changed(func(r *ipaddress.IPAddress) { r.Created = r.Created.Add(time.Second) })},
+		{"an address held by another", changed(func(r *ipaddress.IPAddress) { *r = b; r.Parent = owner("a") })},
+		{"an address no record has", changed(func(r *ipaddress.IPAddress) { r.Addr = ip("10.0.0.9") })},
+	} {
+		if _, err := d.DeleteRecords(ctx, []ipaddress.IPAddress{recs[0], recs[1], tc.rec}); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("DeleteRecords with %s: %v; want ErrConflict", tc.what, err)
+		}
+		if got, err := s.AddressesOf(ctx, owner("a")); err != nil || !sameRecords(got, recs) {
+			t.Fatalf("DeleteRecords with %s left %+v, %v; want every record of a", tc.what, got, err)
+		}
+	}
+	r := watch(t, ctx, s)
+	deleted, err := d.DeleteRecords(ctx, recs)
+	if err != nil || deleted <= recs[2].Revision {
+		t.Fatalf("DeleteRecords(a's records) = %d, %v; want a new revision", deleted, err)
+	}
+	if got, err := s.AddressesOf(ctx, owner("a")); err != nil || len(got) != 0 {
+		t.Errorf("AddressesOf(a) after DeleteRecords = %+v, %v; want none", got, err)
+	}
+	if got, err := s.GetAddress(ctx, ip("10.0.0.3")); err != nil || !sameRecord(got, b) {
+		t.Errorf("GetAddress(10.0.0.3), b's, after DeleteRecords of a's = %+v, %v", got, err)
+	}
+	for _, e := range r.waitEvents(t, 3) {
+		if e.Kind != store.AddressDeleted || e.Revision != deleted {
+			t.Errorf("after DeleteRecords at %d, watched %+v; want the deletes of that revision", deleted, e)
+		}
+	}
+	// Gone: a batch again is refused.
+	if _, err := d.DeleteRecords(ctx, recs[:1]); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("DeleteRecords of a record deleted: %v; want ErrConflict", err)
 	}
 }
 

@@ -1,0 +1,223 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/store"
+)
+
+// AddressesOfSince a revision another client wrote, at once: the owner
+// index waits for its watch to bring that write, never answering without
+// it, though it does not read etcd's current revision.
+func TestAddressesOfSinceAnotherClientsWriteShowsIt(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	st1, st2, done := c.twoStores(t, "/since")
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: "p"}
+	if _, err := st2.AddressesOf(ctx, o); err != nil { // starts st2's index
+		t.Fatal(err)
+	}
+	since := st2.(store.SinceReader)
+	for i := range 20 {
+		addr := netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + i)})
+		recs, err := st1.CreateAddresses(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: o}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := since.AddressesOfSince(ctx, o, recs[0].Revision)
+		if err != nil || len(got) != i+1 || got[i].Addr != addr || got[i].Revision != recs[0].Revision {
+			t.Fatalf("AddressesOfSince(%d), the revision of %s, created through another client = %+v, %v; want %d records, the last that one", recs[0].Revision, addr, got, err, i+1)
+		}
+	}
+}
+
+// EnsureNext and EnsureDualStack over etcd read etcd's current revision
+// once a call, to read the owner's records (see store.AddressesOf): the
+// read after an allocation is since the allocation's revision
+// (store.SinceReader), which the owner index reaches by its watch.
+func TestEnsureOverEtcdReadsTheRevisionOnce(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	cli, calls := countingClient(t, c)
+	st, err := New(cli, WithPrefix("/ensure-reads"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// A watch slowed by the race detector must not pass for a read: the
+	// read after the wait is what this test counts.
+	st.ownWriteWait = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120")); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: name}
+	}
+	if _, err := a.AddressesOf(ctx, pod("nobody")); err != nil { // the index's listing, not counted
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"EnsureNext, holding none", func() error { _, err := a.EnsureNext(ctx, ipaddress.IPv4, pod("a")); return err }},
+		{"EnsureNext, holding one", func() error { _, err := a.EnsureNext(ctx, ipaddress.IPv4, pod("a")); return err }},
+		{"EnsureDualStack, holding none", func() error { _, _, err := a.EnsureDualStack(ctx, pod("b")); return err }},
+		{"EnsureDualStack, holding IPv4", func() error { _, _, err := a.EnsureDualStack(ctx, pod("a")); return err }},
+		{"EnsureDualStack, holding both", func() error { _, _, err := a.EnsureDualStack(ctx, pod("a")); return err }},
+	} {
+		calls.reset()
+		if err := tc.call(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n := calls.of(kvRange); n != 1 {
+			t.Errorf("%s: %d reads of etcd; want 1, the read of the owner's records before it allocates", tc.name, n)
+		}
+	}
+	for _, o := range []string{"a", "b"} {
+		if recs, err := a.AddressesOf(ctx, pod(o)); err != nil || len(recs) != 2 {
+			t.Errorf("%s holds %+v, %v; want a pair", o, recs, err)
+		}
+	}
+}
+
+// The unary calls of etcd's KV service the tests count.
+const (
+	kvRange = "/etcdserverpb.KV/Range"
+	kvTxn   = "/etcdserverpb.KV/Txn"
+)
+
+// rpcCounts counts a client's unary calls by method.
+type rpcCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *rpcCounts) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = map[string]int{}
+}
+
+func (c *rpcCounts) of(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[method]
+}
+
+// countingClient returns a client of c whose unary calls are counted,
+// closed when the test ends.
+func countingClient(t *testing.T, c *testCluster) (*clientv3.Client, *rpcCounts) {
+	t.Helper()
+	calls := &rpcCounts{n: map[string]int{}}
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		calls.mu.Lock()
+		calls.n[method]++
+		calls.mu.Unlock()
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   c.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, calls
+}
+
+// ReleaseOwner over etcd releases an owner's addresses in one transaction
+// (store.RecordsDeleter), after the one read of its records, where each
+// address alone takes a read and a transaction. A record held in a form
+// that transaction does not delete (one ReplaceAddressAt gave the owner)
+// is released one by one, and the others with it.
+func TestReleaseOwnerOverEtcdIsOneTransaction(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	cli, calls := countingClient(t, c)
+	st, err := New(cli, WithPrefix("/release-owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120")); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string) ipaddress.ParentRef {
+		return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: name}
+	}
+	if _, err := a.AddressesOf(ctx, pod("nobody")); err != nil { // the index's listing, not counted
+		t.Fatal(err)
+	}
+	v4, v6, err := a.AllocateDualStack(ctx, pod("a"), netip.Addr{}, netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls.reset()
+	got, err := a.ReleaseOwner(ctx, pod("a"))
+	if err != nil || len(got) != 2 || got[0] != v4.Addr || got[1] != v6.Addr {
+		t.Fatalf("ReleaseOwner(a) = %v, %v; want %s and %s", got, err, v4.Addr, v6.Addr)
+	}
+	if r, tx := calls.of(kvRange), calls.of(kvTxn); r != 1 || tx != 1 {
+		t.Errorf("ReleaseOwner(a) of a pair made %d reads and %d transactions; want 1 and 1", r, tx)
+	}
+	for _, addr := range got {
+		if _, err := a.Get(ctx, addr); !errors.Is(err, allocator.ErrNotFound) {
+			t.Errorf("Get(%s) after ReleaseOwner: %v; want ErrNotFound", addr, err)
+		}
+	}
+
+	// b holds an address of its own and one handed over to it.
+	mine, err := a.AllocateNext(ctx, ipaddress.IPv6, pod("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := a.AllocateNext(ctx, ipaddress.IPv4, pod("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed, err := st.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: old.Addr, Parent: pod("b")}, old.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DeleteRecords(ctx, []ipaddress.IPAddress{handed}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("DeleteRecords of a record ReplaceAddressAt wrote: %v; want ErrConflict", err)
+	}
+	got, err = a.ReleaseOwner(ctx, pod("b"))
+	if err != nil || len(got) != 2 || !slices.Contains(got, mine.Addr) || !slices.Contains(got, handed.Addr) {
+		t.Fatalf("ReleaseOwner(b) = %v, %v; want %s and %s", got, err, handed.Addr, mine.Addr)
+	}
+	if recs, err := a.AddressesOf(ctx, pod("b")); err != nil || len(recs) != 0 {
+		t.Errorf("b holds %+v, %v after ReleaseOwner; want none", recs, err)
+	}
+}
