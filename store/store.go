@@ -473,8 +473,8 @@ type SinceReader interface {
 // RecordsDeleter is implemented by a store that deletes several records
 // in one write, for a caller that read them (allocator.ReleaseOwner: the
 // records AddressesOf returned): store/etcd, where DeleteAddressAt is a
-// read and a transaction for each address, and this one transaction for
-// all of them.
+// read and a transaction for each address and this one transaction for
+// all of them, and store/bolt, one synced write for all of them.
 type RecordsDeleter interface {
 	// DeleteRecords deletes the records of recs, each only if the store
 	// holds it as it is given (address, revision, owner and creation
@@ -485,6 +485,20 @@ type RecordsDeleter interface {
 	// error matching ipaddress.ErrInvalid for an address given twice or
 	// more records than the store deletes at once.
 	DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (deleted int64, err error)
+}
+
+// CheckDistinct returns nil if no two records of recs have one address,
+// else an *ipaddress.FieldError for "records" naming the first held twice:
+// the refusal of a batch a RecordsDeleter deletes.
+func CheckDistinct(recs []ipaddress.IPAddress) error {
+	seen := make(map[netip.Addr]bool, len(recs))
+	for _, r := range recs {
+		if seen[r.Addr] {
+			return &ipaddress.FieldError{Field: "records", Value: r.Addr.String(), Detail: "an address given twice"}
+		}
+		seen[r.Addr] = true
+	}
+	return nil
 }
 
 // Snapshot is the whole state of a store at one revision.

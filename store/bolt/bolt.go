@@ -895,12 +895,8 @@ func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (
 	if len(recs) == 0 {
 		return 0, s.checkOpen(ctx)
 	}
-	seen := make(map[netip.Addr]bool, len(recs))
-	for _, r := range recs {
-		if seen[r.Addr] {
-			return 0, &ipaddress.FieldError{Field: "records", Value: r.Addr.String(), Detail: "an address given twice"}
-		}
-		seen[r.Addr] = true
+	if err := store.CheckDistinct(recs); err != nil {
+		return 0, err
 	}
 	var deleted int64
 	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {

@@ -1088,14 +1088,12 @@ func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (
 	if len(recs) == 0 {
 		return 0, nil
 	}
+	if err := store.CheckDistinct(recs); err != nil {
+		return 0, err
+	}
 	cmps := make([]clientv3.Cmp, 0, 2*len(recs))
 	dels := make([]clientv3.Op, 0, len(recs))
-	seen := make(map[netip.Addr]bool, len(recs))
 	for _, r := range recs {
-		if seen[r.Addr] {
-			return 0, &ipaddress.FieldError{Field: "records", Value: r.Addr.String(), Detail: "an address given twice"}
-		}
-		seen[r.Addr] = true
 		if err := noRecord(r.Addr); err != nil {
 			return 0, fmt.Errorf("address %q is no record's: %w", r.Addr, store.ErrConflict)
 		}
