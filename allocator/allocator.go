@@ -1499,13 +1499,15 @@ const releaseBatch = 64
 
 // releaseRecords releases recs, records of one owner as listed, through d,
 // in writes of releaseBatch records, and returns the addresses released and
-// the records of every write d refused with ErrConflict (one of them changed
-// since, or is held in a form d does not delete), which the caller releases
-// one by one. On another error it returns the addresses released before it.
+// the records of every write d refused, which the caller releases one by
+// one: with ErrConflict (one of them changed since, or is held in a form d
+// does not delete), or as invalid (more than d deletes at once; recs holds
+// no address twice). On another error it returns the addresses released
+// before it.
 func (a *Allocator) releaseRecords(ctx context.Context, d store.RecordsDeleter, recs []ipaddress.IPAddress) (left []ipaddress.IPAddress, out []netip.Addr, err error) {
 	for batch := range slices.Chunk(recs, releaseBatch) {
 		deleted, err := d.DeleteRecords(ctx, batch)
-		if errors.Is(err, store.ErrConflict) {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, ipaddress.ErrInvalid) {
 			left = append(left, batch...)
 			continue
 		}
@@ -1617,8 +1619,9 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 // left alone and not returned. On an error, the addresses released before
 // it are returned with it. Over a store.RecordsDeleter they are released
 // up to 64 in one write (store/etcd: one transaction, where each address
-// alone takes a read and a transaction); the records of a write refused
-// because one of them changed are released one by one.
+// alone takes a read and a transaction); the records of a write refused,
+// because one of them changed or as more than the store takes at once,
+// are released one by one.
 //
 // Records the store cannot decode hide none of owner's others: when
 // AddressesOf returns a *store.SkippedError, the records it returned are

@@ -81,6 +81,7 @@ func batchTooLarge(t *testing.T, what string, err error, n int) {
 
 // A batch whose records each fit etcd's defaults but together pass its
 // request limit is refused, typed, with nothing written; split, it goes in.
+// So is a deletion of them all in one batch (DeleteRecords).
 func TestABatchOfLongOwnersPastEtcdsRequestLimitIsInvalidAndWritesNothing(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	c := startCluster(t, 1)
@@ -121,5 +122,21 @@ func TestABatchOfLongOwnersPastEtcdsRequestLimitIsInvalidAndWritesNothing(t *tes
 		if got, err := s.GetAddress(ctx, r.Addr); err != nil || got.Parent != longest {
 			t.Fatalf("%s after the halves: owner of %d bytes, %v", r.Addr, len(got.Parent.Name), err)
 		}
+	}
+	// Their deletion in one batch compares every value: too large too.
+	held, err := s.AddressesOf(ctx, longest)
+	if err != nil || len(held) != MaxBatch {
+		t.Fatalf("AddressesOf(the longest owner) = %d records, %v; want %d", len(held), err, MaxBatch)
+	}
+	_, err = s.DeleteRecords(ctx, held)
+	batchTooLarge(t, "a deletion of the longest owners' records", err, MaxBatch)
+	if errors.Is(err, store.ErrOutcomeUnknown) {
+		t.Errorf("%v: a refusal before proposing is not ErrOutcomeUnknown", err)
+	}
+	if again, err := s.AddressesOf(ctx, longest); err != nil || len(again) != MaxBatch {
+		t.Errorf("after the refused deletion: %d records, %v; want %d", len(again), err, MaxBatch)
+	}
+	if _, err := s.DeleteRecords(ctx, held[:MaxBatch/2]); err != nil {
+		t.Errorf("a deletion of half of them: %v", err)
 	}
 }

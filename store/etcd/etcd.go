@@ -1105,6 +1105,12 @@ func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (
 	}
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(dels...).Commit()
 	if err != nil {
+		if tooLargeForOneTxn(err) {
+			// The compares carry the records' values: long owners pass
+			// etcd's request limit before MaxBatch records do.
+			err = fmt.Errorf("%w: %w", &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: "more than this etcd takes in one transaction"}, err)
+			return 0, s.wrap("delete records", err)
+		}
 		return 0, s.wrapWrite("delete records", err)
 	}
 	if !resp.Succeeded {
