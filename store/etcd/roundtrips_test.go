@@ -51,32 +51,7 @@ func TestAddressesOfSinceAnotherClientsWriteShowsIt(t *testing.T) {
 // read after an allocation is since the allocation's revision
 // (store.SinceReader), which the owner index reaches by its watch.
 func TestEnsureOverEtcdReadsTheRevisionOnce(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
-	cli, calls := countingClient(t, c)
-	st, err := New(cli, WithPrefix("/ensure-reads"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	// A watch slowed by the race detector must not pass for a read: the
-	// read after the wait is what this test counts.
-	st.ownWriteWait = time.Minute
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120")); err != nil {
-		t.Fatal(err)
-	}
-	pod := func(name string) ipaddress.ParentRef {
-		return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: name}
-	}
-	if _, err := a.AddressesOf(ctx, pod("nobody")); err != nil { // the index's listing, not counted
-		t.Fatal(err)
-	}
+	ctx, _, a, calls := countedAllocator(t)
 	for _, tc := range []struct {
 		name string
 		call func() error
@@ -100,6 +75,43 @@ func TestEnsureOverEtcdReadsTheRevisionOnce(t *testing.T) {
 			t.Errorf("%s holds %+v, %v; want a pair", o, recs, err)
 		}
 	}
+}
+
+// countedAllocator returns an allocator over a store on a countingClient
+// of a new member (no fsync), serving CIDR "pods" (10.0.0.0/24 and
+// fd00::/120), whose owner index has listed the store already: the calls
+// a test counts from here are those of what it calls. The store waits a
+// minute for its index before it reads etcd's revision (ownWriteWait): a
+// watch slowed by the race detector must not pass for a read.
+func countedAllocator(t *testing.T) (context.Context, *Store, *allocator.Allocator, *rpcCounts) {
+	t.Helper()
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	cli, calls := countingClient(t, c)
+	st, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	st.ownWriteWait = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AddressesOf(ctx, pod("nobody")); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, st, a, calls
+}
+
+// pod is a pod of the default namespace, an owner.
+func pod(name string) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: name}
 }
 
 // The unary calls of etcd's KV service the tests count.
@@ -156,29 +168,7 @@ func countingClient(t *testing.T, c *testCluster) (*clientv3.Client, *rpcCounts)
 // that transaction does not delete (one ReplaceAddressAt gave the owner)
 // is released one by one, and the others with it.
 func TestReleaseOwnerOverEtcdIsOneTransaction(t *testing.T) {
-	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
-	cli, calls := countingClient(t, c)
-	st, err := New(cli, WithPrefix("/release-owner"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120")); err != nil {
-		t.Fatal(err)
-	}
-	pod := func(name string) ipaddress.ParentRef {
-		return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: name}
-	}
-	if _, err := a.AddressesOf(ctx, pod("nobody")); err != nil { // the index's listing, not counted
-		t.Fatal(err)
-	}
+	ctx, st, a, calls := countedAllocator(t)
 	v4, v6, err := a.AllocateDualStack(ctx, pod("a"), netip.Addr{}, netip.Addr{})
 	if err != nil {
 		t.Fatal(err)
