@@ -1493,33 +1493,88 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 	return nil
 }
 
-// releaseBatch is how many records releaseRecords deletes in one write:
+// ReleaseRecords releases each record of recs only if the store still
+// holds it as given: for a caller that decided on records it read, such as
+// repair and ReleaseOwner. errs[i] is the outcome for recs[i]: nil when it
+// was released; an error matching ErrNotFound or ErrConflict when it is
+// gone or changed since (released by someone else, perhaps allocated
+// again: left alone); any other error when its release failed, which does
+// not stop the others. Once ctx ends, the records not yet released get its
+// error.
+//
+// Over a store.RecordsDeleter the records are deleted up to 64 in one
+// write (store/etcd: one transaction, where each alone takes a read and a
+// transaction; store/bolt: one synced write), each only if held with the
+// revision, owner and creation time given. The records of a write the
+// store refuses, because one of them changed or as more than it takes at
+// once, are released one by one, as ReleaseAt releases them: at the
+// revision given. Every release re-checks as Release does.
+func (a *Allocator) ReleaseRecords(ctx context.Context, recs []ipaddress.IPAddress) (errs []error) {
+	errs = make([]error, len(recs))
+	if err := a.checkOpen(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	// single holds the indexes of recs to release one by one.
+	single := make([]int, 0, len(recs))
+	for i, r := range recs {
+		if errs[i] = ipaddress.ValidateAddr(r.Addr); errs[i] == nil {
+			single = append(single, i)
+		}
+	}
+	if d, ok := a.st.(store.RecordsDeleter); ok {
+		single = a.deleteRecords(ctx, d, recs, single, errs)
+	}
+	for _, i := range single {
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		errs[i] = a.ReleaseAt(ctx, recs[i].Addr, recs[i].Revision)
+	}
+	return errs
+}
+
+// releaseBatch is how many records ReleaseRecords deletes in one write:
 // store/etcd's MaxBatch.
 const releaseBatch = 64
 
-// releaseRecords releases recs, records of one owner as listed, through d,
-// in writes of releaseBatch records, and returns the addresses released and
-// the records of every write d refused, which the caller releases one by
-// one: with ErrConflict (one of them changed since, or is held in a form d
-// does not delete), or as invalid (more than d deletes at once; recs holds
-// no address twice). On another error it returns the addresses released
-// before it.
-func (a *Allocator) releaseRecords(ctx context.Context, d store.RecordsDeleter, recs []ipaddress.IPAddress) (left []ipaddress.IPAddress, out []netip.Addr, err error) {
-	for batch := range slices.Chunk(recs, releaseBatch) {
-		deleted, err := d.DeleteRecords(ctx, batch)
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, ipaddress.ErrInvalid) {
-			left = append(left, batch...)
+// deleteRecords deletes the records of recs at the indexes of todo through
+// d, in writes of releaseBatch records, setting their outcomes in errs,
+// and returns the indexes of the records of every write d refused, for the
+// caller to release one by one: with ErrConflict (one of them changed
+// since, or is held in a form d does not delete), or as invalid (an
+// address given twice, or more records than d deletes at once).
+func (a *Allocator) deleteRecords(ctx context.Context, d store.RecordsDeleter, recs []ipaddress.IPAddress, todo []int, errs []error) (left []int) {
+	batch := make([]ipaddress.IPAddress, 0, min(len(todo), releaseBatch))
+	for idx := range slices.Chunk(todo, releaseBatch) {
+		if err := ctx.Err(); err != nil {
+			for _, i := range idx {
+				errs[i] = err
+			}
 			continue
 		}
-		if err != nil {
-			return nil, out, err
+		batch = batch[:0]
+		for _, i := range idx {
+			batch = append(batch, recs[i])
 		}
-		for _, r := range batch {
-			a.released(ctx, r.Addr, deleted)
-			out = append(out, r.Addr)
+		deleted, err := d.DeleteRecords(ctx, batch)
+		switch {
+		case errors.Is(err, store.ErrConflict), errors.Is(err, ipaddress.ErrInvalid):
+			left = append(left, idx...)
+		case err != nil:
+			for _, i := range idx {
+				errs[i] = err
+			}
+		default:
+			for _, i := range idx {
+				a.released(ctx, recs[i].Addr, deleted)
+			}
 		}
 	}
-	return left, out, nil
+	return left
 }
 
 // releaseWait bounds a release's wait for a lagging index: the release is
@@ -1616,18 +1671,18 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 // ReleaseOwner releases every address owner holds and returns those it
 // released. Each is released at the revision it was listed at: one freed
 // by someone else since, perhaps allocated to another owner by now, is
-// left alone and not returned. On an error, the addresses released before
-// it are returned with it. Over a store.RecordsDeleter they are released
-// up to 64 in one write (store/etcd: one transaction, where each address
-// alone takes a read and a transaction); the records of a write refused,
-// because one of them changed or as more than the store takes at once,
-// are released one by one.
+// left alone and not returned. The records are released as
+// ReleaseRecords releases them: over a store.RecordsDeleter up to 64 in
+// one write (store/etcd: one transaction, where each address alone takes
+// a read and a transaction). A release that fails does not stop the
+// others: the addresses released are returned with the first failure's
+// error.
 //
 // Records the store cannot decode hide none of owner's others: when
 // AddressesOf returns a *store.SkippedError, the records it returned are
 // released all the same, and that error is returned with them (it matches
 // store.ErrCorrupt), since a record it names may be owner's and is still
-// held. A release that fails still ends the call with its own error.
+// held. A release that fails ends the call with its own error instead.
 //
 // An owner Allocate would refuse is refused as AddressesOf refuses it, and
 // nothing is released: a record written past the allocator for such an
@@ -1645,22 +1700,19 @@ func (a *Allocator) ReleaseOwner(ctx context.Context, owner ipaddress.ParentRef)
 		return nil, listErr
 	}
 	var out []netip.Addr
-	if d, ok := a.st.(store.RecordsDeleter); ok {
-		var err error
-		if recs, out, err = a.releaseRecords(ctx, d, recs); err != nil {
-			return out, err
-		}
-	}
-	for _, r := range recs {
-		err := a.ReleaseAt(ctx, r.Addr, r.Revision)
+	var failed error
+	for i, err := range a.ReleaseRecords(ctx, recs) {
 		switch {
 		case err == nil:
-			out = append(out, r.Addr)
+			out = append(out, recs[i].Addr)
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
 			// Not owner's any more.
-		default:
-			return out, err
+		case failed == nil:
+			failed = err
 		}
+	}
+	if failed != nil {
+		return out, failed
 	}
 	return out, listErr
 }

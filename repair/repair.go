@@ -100,9 +100,10 @@ type Observer interface {
 type Repairer struct {
 	// Allocator gives the CIDRs, the store whose records are checked, and
 	// makes the repairs: Restore (not observed: no allocation metric
-	// counts a repair), and ReleaseAt on the revision the pass listed. A
-	// record handed to its consumer goes through the store's
-	// ReplaceAddressAt, on that revision too.
+	// counts a repair), and ReleaseRecords of the records as the pass
+	// listed them, in as few writes as the store allows. A record handed
+	// to its consumer goes through the store's ReplaceAddressAt, on the
+	// revision listed too.
 	Allocator *allocator.Allocator
 	// Consumers is the truth the records are reconciled with.
 	Consumers Consumers
@@ -306,12 +307,10 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 			p.checkConsumerAddr(ctx, ref, s)
 		}
 	}
-	for _, c := range p.later {
-		if err := ctx.Err(); err != nil {
-			return p.report, err
-		}
-		p.cleanUp(ctx, c)
+	if err := ctx.Err(); err != nil {
+		return p.report, err
 	}
+	p.cleanUp(ctx)
 	// The last item's store call may have been cut short.
 	return p.report, ctx.Err()
 }
@@ -484,27 +483,38 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 	p.emit(Event{Kind: Repaired, Addr: addr, Ref: heir, Message: p.repairedMsg(heir, rec.Addr, p.terminatingOnly(rec.Addr))})
 }
 
-// cleanUp deletes the record of c, unless the store no longer holds it as
-// listed, and reports it.
-func (p *pass) cleanUp(ctx context.Context, c cleanup) {
-	rec, addr := c.rec, c.rec.Addr.String()
+// cleanUp deletes the records of p.later, each unless the store no longer
+// holds it as listed, and reports them. The allocator deletes them in as
+// few writes as its store allows (allocator.ReleaseRecords), and re-checks
+// the Terminating CIDRs they may have been holding.
+func (p *pass) cleanUp(ctx context.Context) {
+	var errs []error
 	if !p.r.DryRun {
-		gone, err := p.release(ctx, rec)
-		if err != nil {
-			p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
-				Message: fmt.Sprintf("unable to release %s of %s: %v", addr, rec.Parent, err)})
-			return
+		recs := make([]ipaddress.IPAddress, len(p.later))
+		for i, c := range p.later {
+			recs[i] = c.rec
 		}
-		if !gone {
-			// Released or replaced by someone else since the listing:
-			// nothing of what was found stands.
-			delete(p.records, rec.Addr)
-			return
-		}
+		errs = p.a.ReleaseRecords(ctx, recs)
 	}
-	p.emit(Event{Kind: c.kind, Addr: addr, Ref: rec.Parent, Age: c.age, Message: c.msg})
-	delete(p.records, rec.Addr)
-	p.deleted[rec.Addr] = true
+	for i, c := range p.later {
+		rec, addr := c.rec, c.rec.Addr.String()
+		if errs != nil {
+			switch err := errs[i]; {
+			case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
+				// Released or replaced by someone else since the
+				// listing: nothing of what was found stands.
+				delete(p.records, rec.Addr)
+				continue
+			case err != nil:
+				p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
+					Message: fmt.Sprintf("unable to release %s of %s: %v", addr, rec.Parent, err)})
+				continue
+			}
+		}
+		p.emit(Event{Kind: c.kind, Addr: addr, Ref: rec.Parent, Age: c.age, Message: c.msg})
+		delete(p.records, rec.Addr)
+		p.deleted[rec.Addr] = true
+	}
 }
 
 // heir returns the consumer a wrongly owned record of a should go to: the
@@ -542,22 +552,6 @@ func (p *pass) repairedMsg(ref ipaddress.ParentRef, a netip.Addr, dying []string
 		msg += fmt.Sprintf(" (inside Terminating CIDR %s, whose removal %s for it)", strings.Join(dying, ", "), when)
 	}
 	return msg
-}
-
-// release deletes rec if the store still holds exactly that record, in
-// one conditional write. It reports false when the record is gone or was
-// replaced since the listing.
-func (p *pass) release(ctx context.Context, rec ipaddress.IPAddress) (bool, error) {
-	// Through the allocator, not the store: it re-checks a Terminating
-	// CIDR the address may have been holding.
-	err := p.a.ReleaseAt(ctx, rec.Addr, rec.Revision)
-	switch {
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return true, nil
 }
 
 // inRange reports whether a CIDR (live or Terminating) host-contains a.

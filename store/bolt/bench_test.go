@@ -9,6 +9,7 @@ import (
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
+	"github.com/netipam/netipam/internal/stress"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/bolt"
@@ -74,6 +75,14 @@ func BenchmarkReleaseOwner(b *testing.B) {
 			b.Fatalf("ReleaseOwner = %v, %v; want a pair", got, err)
 		}
 	}
+}
+
+// BenchmarkRepairLeaks is a repair pass that finds 1,000 leaked records
+// (their owners gone) and deletes them, on one node (stress.RepairLeaks).
+//
+//	go test -run '^$' -bench RepairLeaks -benchtime 5x ./store/bolt/
+func BenchmarkRepairLeaks(b *testing.B) {
+	stress.RepairLeaks(b, benchAllocator(b), 1000)
 }
 
 // BenchmarkAllocateNextReleaseParallel is the same from many goroutines

@@ -2,6 +2,7 @@ package bolt_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -45,6 +46,24 @@ func (s *batching) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress
 	return rev, err
 }
 
+// batchingAllocator returns a new file's store, batching up to 64 records,
+// and an allocator over it serving CIDR "pods" (10.96.0.0/24), closed when
+// the test ends.
+func batchingAllocator(t *testing.T) (*batching, *allocator.Allocator) {
+	t.Helper()
+	ctx := ctxT(t)
+	st := &batching{Store: mustOpen(t, tempPath(t)), most: 64}
+	a, err := allocator.New(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.96.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	return st, a
+}
+
 // ReleaseOwner over a store.RecordsDeleter releases the owner's records
 // in one write; an address it listed that another allocator released and
 // gave to another owner before that write stays that owner's, and the
@@ -52,15 +71,7 @@ func (s *batching) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress
 // the store refuses as too large is released one by one too.
 func TestReleaseOwnerInOneWriteLeavesAnAddressReallocatedSinceItsListing(t *testing.T) {
 	ctx := ctxT(t)
-	st := &batching{Store: mustOpen(t, tempPath(t)), most: 64}
-	a, err := allocator.New(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.96.0.0/24")); err != nil {
-		t.Fatal(err)
-	}
+	st, a := batchingAllocator(t)
 	old, web := svc("default", "old"), svc("default", "web")
 	held := []netip.Addr{ip("10.96.0.5"), ip("10.96.0.6"), ip("10.96.0.7")}
 	for _, addr := range held {
@@ -111,4 +122,78 @@ func TestReleaseOwnerInOneWriteLeavesAnAddressReallocatedSinceItsListing(t *test
 		t.Errorf("old holds %+v, %v; want none", recs, err)
 	}
 	var _ store.RecordsDeleter = st
+}
+
+// ReleaseRecords over a store.RecordsDeleter deletes records of many
+// owners 64 in one write. A record changed after the listing sends only
+// its own batch one by one, where it is ErrConflict and stays as it is
+// now (uniqueness). The last records of a Terminating CIDR, released in
+// a batch, let that CIDR go (SPEC §4).
+func TestReleaseRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
+	ctx := ctxT(t)
+	st, a := batchingAllocator(t)
+	if _, err := a.CreateCIDR(ctx, "old", netip.MustParsePrefix("10.97.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	var recs []ipaddress.IPAddress
+	for i := range 150 {
+		addr := netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)})
+		rec, err := a.Allocate(ctx, addr, svc("default", "p"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	moved := recs[70] // of the second batch
+	if err := a.Release(ctx, moved.Addr); err != nil {
+		t.Fatal(err)
+	}
+	now, err := a.Allocate(ctx, moved.Addr, svc("default", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	errs := a.ReleaseRecords(ctx, recs)
+	for i, err := range errs {
+		if i == 70 {
+			if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("%s, given to web after the listing: %v, want ErrConflict", moved.Addr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s of %s: %v, want it released", recs[i].Addr, recs[i].Parent, err)
+		}
+	}
+	if st.batches != 2 {
+		t.Errorf("ReleaseRecords of 150 records, one changed, wrote %d batches; want 2 (the first and the third), the second one by one", st.batches)
+	}
+	if rec, err := a.Get(ctx, moved.Addr); err != nil || rec.Parent != now.Parent || rec.Revision != now.Revision {
+		t.Errorf("%s: %+v, %v; want it web's, as allocated after the listing: %+v", moved.Addr, rec, err, now)
+	}
+	if n, err := a.Store().ListAddresses(ctx); err != nil || len(n) != 1 {
+		t.Errorf("the store holds %d records (%v) after ReleaseRecords; want web's alone", len(n), err)
+	}
+
+	// The CIDR is gone when ReleaseRecords returns: the release re-checks
+	// it, not only the background reconciler, later (a process ending
+	// after the call would leave it).
+	var dying []ipaddress.IPAddress
+	for _, addr := range []string{"10.97.0.5", "10.97.0.6"} {
+		rec, err := a.Allocate(ctx, ip(addr), svc("default", "web"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dying = append(dying, rec)
+	}
+	if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(old) holding two addresses: %v, want ErrDeletionBlocked", err)
+	}
+	st.batches = 0
+	if errs := a.ReleaseRecords(ctx, dying); errs[0] != nil || errs[1] != nil || st.batches != 1 {
+		t.Fatalf("ReleaseRecords of old's two records = %v in %d batches; want both released in one", errs, st.batches)
+	}
+	if c, err := st.GetCIDR(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CIDR old after its last addresses were released in a batch: %+v, %v; want it removed", c, err)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/cidrset"
 	"github.com/netipam/netipam/internal/cputime"
+	"github.com/netipam/netipam/internal/stress"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/store"
 )
@@ -299,6 +300,16 @@ func BenchmarkReleaseOwnerOverEtcd(b *testing.B) {
 			b.Fatalf("ReleaseOwner = %v, %v; want a pair", got, err)
 		}
 	}
+}
+
+// BenchmarkRepairLeaksOverEtcd is a repair pass that finds 1,000 leaked
+// records (their owners gone) and deletes them, over etcd, one embedded
+// member with fsync on (stress.RepairLeaks).
+//
+//	go test -run '^$' -bench RepairLeaksOverEtcd -benchtime 5x ./store/etcd/
+func BenchmarkRepairLeaksOverEtcd(b *testing.B) {
+	c := startCluster(b, 1)
+	stress.RepairLeaks(b, benchAllocator(b, c.newClient(b), "/bench-repair", "10.0.0.0/16"), 1000)
 }
 
 // benchAllocator returns an allocator over a store under prefix holding one

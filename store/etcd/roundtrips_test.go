@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/repair"
 	"github.com/netipam/netipam/store"
 )
 
@@ -209,5 +211,96 @@ func TestReleaseOwnerOverEtcdIsOneTransaction(t *testing.T) {
 	}
 	if recs, err := a.AddressesOf(ctx, pod("b")); err != nil || len(recs) != 0 {
 		t.Errorf("b holds %+v, %v after ReleaseOwner; want none", recs, err)
+	}
+}
+
+// consumersThen is a repair.Consumers that runs then, once, at the first
+// Exists: after the pass listed the records, as another allocator could
+// act.
+type consumersThen struct {
+	repair.Consumers
+	then func()
+}
+
+func (c *consumersThen) Exists(ctx context.Context, ref ipaddress.ParentRef) (bool, error) {
+	if f := c.then; f != nil {
+		c.then = nil
+		f()
+	}
+	return c.Consumers.Exists(ctx, ref)
+}
+
+// SPEC §6 over etcd: a repair pass deletes the leaked records it found 64
+// in one transaction (allocator.ReleaseRecords), where each alone takes a
+// read and a transaction. A leaked record given to another owner after
+// the listing is no leak any more: it stays that owner's, and only its
+// batch is released one by one.
+func TestRepairOverEtcdDeletesLeaksInBatches(t *testing.T) {
+	ctx, _, a, calls := countedAllocator(t)
+	keep, err := a.AllocateNext(ctx, ipaddress.IPv4, pod("keep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leak := func(round string) []ipaddress.IPAddress {
+		var recs []ipaddress.IPAddress
+		for i := range 100 {
+			rec, err := a.AllocateNext(ctx, ipaddress.IPv4, pod(fmt.Sprintf("%s-%d", round, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, rec)
+		}
+		return recs
+	}
+	consumers := &consumersThen{Consumers: repair.NewStatic(repair.Consumer{Ref: pod("keep"), Addrs: []string{keep.Addr.String()}})}
+	r := &repair.Repairer{Allocator: a, Consumers: consumers, LeakGrace: -1}
+	held := func() []netip.Addr {
+		recs, err := a.Store().ListAddresses(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []netip.Addr
+		for _, rec := range recs {
+			out = append(out, rec.Addr)
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return out
+	}
+
+	leak("a")
+	calls.reset()
+	rep, err := r.Run(ctx)
+	if err != nil || rep.Count(repair.Leak) != 100 || rep.Count(repair.Failed) != 0 {
+		t.Fatalf("a pass over 100 leaks: %d leaks, %d failed, %v; want 100 deleted", rep.Count(repair.Leak), rep.Count(repair.Failed), err)
+	}
+	if tx := calls.of(kvTxn); tx != 2 {
+		t.Errorf("a pass deleting 100 leaks made %d transactions; want 2, of 64 and 36", tx)
+	}
+	if got := held(); !slices.Equal(got, []netip.Addr{keep.Addr}) {
+		t.Errorf("after the pass the store holds %v; want keep's %s alone", got, keep.Addr)
+	}
+
+	recs := leak("b")
+	moved := recs[70].Addr
+	var web ipaddress.IPAddress
+	consumers.then = func() {
+		if err := a.Release(ctx, moved); err != nil {
+			t.Error(err)
+		}
+		if web, err = a.Allocate(ctx, moved, pod("web")); err != nil {
+			t.Error(err)
+		}
+	}
+	rep, err = r.Run(ctx)
+	if err != nil || rep.Count(repair.Leak) != 99 || rep.Count(repair.Failed) != 0 {
+		t.Fatalf("a pass over 100 leaks, one given to web after the listing: %d leaks, %d failed, %v; want 99 deleted", rep.Count(repair.Leak), rep.Count(repair.Failed), err)
+	}
+	want := []netip.Addr{keep.Addr, moved}
+	slices.SortFunc(want, netip.Addr.Compare)
+	if got := held(); !slices.Equal(got, want) {
+		t.Errorf("after the pass the store holds %v; want %v", got, want)
+	}
+	if rec, err := a.Get(ctx, moved); err != nil || rec.Parent != pod("web") || rec.Revision != web.Revision {
+		t.Errorf("%s, given to web after the listing: %+v, %v; want web's record %+v", moved, rec, err, web)
 	}
 }
