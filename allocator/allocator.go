@@ -454,6 +454,88 @@ func (a *Allocator) Restore(ctx context.Context, addr netip.Addr, owner ipaddres
 	return out[0], err
 }
 
+// RestoreRecords restores each record of recs, its address to its Parent,
+// as Restore does: for a caller writing back many records (a repair pass
+// after the store lost them). errs[i] is the outcome for recs[i], the error
+// Restore would give; one that fails does not stop the others. Once ctx
+// ends, the records not yet restored get its error.
+//
+// Over a store whose writes are round trips (store/etcd, store/bolt), the
+// records whose addresses a live CIDR serves are created up to 64 in one
+// write, fenced as Restore's are. The records of a write the store refuses
+// (an address taken, a CIDR changed since the allocator read it, more than
+// the store takes at once) are restored one by one, as are the records of
+// addresses no live CIDR serves, and every record over the memory store.
+func (a *Allocator) RestoreRecords(ctx context.Context, recs []ipaddress.IPAddress) []error {
+	var batched func(todo []int, errs []error) []int
+	if a.locked == nil {
+		batched = func(todo []int, errs []error) []int { return a.createRecords(ctx, recs, todo, errs) }
+	}
+	return a.writeRecords(ctx, len(recs), batched, func(i int) error {
+		_, err := a.Restore(ctx, recs[i].Addr, recs[i].Parent)
+		return err
+	})
+}
+
+// createRecords creates the records of recs at the indexes of todo, in
+// writes of at most writeBatch records, setting their outcomes in errs,
+// and returns the indexes left for the caller to restore one by one: those
+// a write cannot take as they are (an invalid address or owner, an address
+// no live CIDR serves or that is in flight, given twice), and those of
+// every write the store refused as a whole (ErrExists, ErrFenced,
+// ErrInvalid).
+func (a *Allocator) createRecords(ctx context.Context, recs []ipaddress.IPAddress, todo []int, errs []error) (left []int) {
+	for len(todo) > 0 {
+		if err := ctx.Err(); err != nil {
+			for _, i := range todo {
+				errs[i] = err
+			}
+			return left
+		}
+		var choices []choice
+		var at []int
+		a.mu.Lock()
+		for len(todo) > 0 && len(at) < writeBatch {
+			i := todo[0]
+			todo = todo[1:]
+			var c choice
+			if ipaddress.ValidateAddr(recs[i].Addr) != nil || recs[i].Parent.Validate() != nil ||
+				a.chooseOneLocked(request{addr: recs[i].Addr}, nil, &c) != nil {
+				left = append(left, i)
+				continue
+			}
+			// In flight from here: a record given twice is chosen once.
+			a.pending = append(a.pending, c.addr)
+			choices = append(choices, c)
+			at = append(at, i)
+		}
+		var fences []store.Fence
+		if len(choices) > 0 {
+			fences = a.fencesLocked(make([]store.Fence, 0, len(choices)), choices)
+		}
+		a.mu.Unlock()
+		if len(choices) == 0 {
+			continue
+		}
+		batch := make([]ipaddress.IPAddress, len(at))
+		for j, i := range at {
+			batch[j] = ipaddress.IPAddress{Addr: recs[i].Addr, Parent: recs[i].Parent}
+		}
+		created, err := a.st.CreateAddresses(ctx, batch, fences...)
+		a.settle(choices, created)
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrFenced), errors.Is(err, ipaddress.ErrInvalid):
+			left = append(left, at...)
+		default:
+			for _, i := range at {
+				errs[i] = err
+			}
+		}
+	}
+	return left
+}
+
 // AllocateDualStack allocates one address of each family to owner, both or
 // neither, in one atomic store write. A family may be given a static
 // address; the zero Addr means "the next free one". A static address of
@@ -1509,47 +1591,68 @@ func (a *Allocator) ReleaseAt(ctx context.Context, addr netip.Addr, rev int64) e
 // store refuses, because one of them changed or as more than it takes at
 // once, are released one by one, as ReleaseAt releases them: at the
 // revision given. Every release re-checks as Release does.
-func (a *Allocator) ReleaseRecords(ctx context.Context, recs []ipaddress.IPAddress) (errs []error) {
-	errs = make([]error, len(recs))
+func (a *Allocator) ReleaseRecords(ctx context.Context, recs []ipaddress.IPAddress) []error {
+	var batched func(todo []int, errs []error) []int
+	if d, ok := a.st.(store.RecordsDeleter); ok {
+		batched = func(todo []int, errs []error) []int { return a.deleteRecords(ctx, d, recs, todo, errs) }
+	}
+	return a.writeRecords(ctx, len(recs), batched, func(i int) error {
+		return a.ReleaseAt(ctx, recs[i].Addr, recs[i].Revision)
+	})
+}
+
+// writeRecords is the frame of ReleaseRecords and RestoreRecords: it
+// returns the outcomes of n records, each ErrClosed on a closed
+// allocator. Otherwise batched, if the store writes several records at
+// once, writes what it can, setting their outcomes, and returns the
+// indexes it left; one writes those one by one while ctx lasts.
+func (a *Allocator) writeRecords(ctx context.Context, n int, batched func(todo []int, errs []error) (left []int), one func(i int) error) []error {
+	errs := make([]error, n)
 	if err := a.checkOpen(); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}
 		return errs
 	}
-	// single holds the indexes of recs to release one by one.
-	single := make([]int, 0, len(recs))
-	for i, r := range recs {
-		if errs[i] = ipaddress.ValidateAddr(r.Addr); errs[i] == nil {
-			single = append(single, i)
-		}
+	todo := make([]int, n)
+	for i := range todo {
+		todo[i] = i
 	}
-	if d, ok := a.st.(store.RecordsDeleter); ok {
-		single = a.deleteRecords(ctx, d, recs, single, errs)
+	if batched != nil {
+		todo = batched(todo, errs)
 	}
-	for _, i := range single {
+	for _, i := range todo {
 		if err := ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		errs[i] = a.ReleaseAt(ctx, recs[i].Addr, recs[i].Revision)
+		errs[i] = one(i)
 	}
 	return errs
 }
 
-// releaseBatch is how many records ReleaseRecords deletes in one write:
-// store/etcd's MaxBatch.
-const releaseBatch = 64
+// writeBatch is how many records ReleaseRecords and RestoreRecords write
+// in one store call: store/etcd's MaxBatch.
+const writeBatch = 64
 
 // deleteRecords deletes the records of recs at the indexes of todo through
-// d, in writes of releaseBatch records, setting their outcomes in errs,
-// and returns the indexes of the records of every write d refused, for the
-// caller to release one by one: with ErrConflict (one of them changed
-// since, or is held in a form d does not delete), or as invalid (an
-// address given twice, or more records than d deletes at once).
+// d, in writes of writeBatch records, setting their outcomes in errs,
+// and returns the indexes left for the caller to release one by one: of
+// records that are no address's, and of every write d refused, with
+// ErrConflict (one of them changed since, or is held in a form d does not
+// delete) or as invalid (an address given twice, or more records than d
+// deletes at once).
 func (a *Allocator) deleteRecords(ctx context.Context, d store.RecordsDeleter, recs []ipaddress.IPAddress, todo []int, errs []error) (left []int) {
-	batch := make([]ipaddress.IPAddress, 0, min(len(todo), releaseBatch))
-	for idx := range slices.Chunk(todo, releaseBatch) {
+	valid := make([]int, 0, len(todo))
+	for _, i := range todo {
+		if ipaddress.ValidateAddr(recs[i].Addr) != nil {
+			left = append(left, i)
+		} else {
+			valid = append(valid, i)
+		}
+	}
+	batch := make([]ipaddress.IPAddress, 0, min(len(valid), writeBatch))
+	for idx := range slices.Chunk(valid, writeBatch) {
 		if err := ctx.Err(); err != nil {
 			for _, i := range idx {
 				errs[i] = err

@@ -128,9 +128,15 @@ func contextCalls(ctx context.Context, a *allocator.Allocator, owner ipaddress.P
 		"Release":      func() error { return a.Release(ctx, ip("10.0.0.5")) },
 		"ReleaseAt":    func() error { return a.ReleaseAt(ctx, ip("10.0.0.5"), 1) },
 		"ReleaseOwner": func() error { _, err := a.ReleaseOwner(ctx, svc("a")); return err },
-		"Get":          func() error { _, err := a.Get(ctx, ip("10.0.0.5")); return err },
-		"AddressesOf":  func() error { _, err := a.AddressesOf(ctx, svc("a")); return err },
-		"CreateCIDR":   func() error { _, err := a.CreateCIDR(ctx, "y", pfx("10.1.0.0/24")); return err },
+		"ReleaseRecords": func() error {
+			return a.ReleaseRecords(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.5"), Parent: svc("a"), Revision: 1}})[0]
+		},
+		"RestoreRecords": func() error {
+			return a.RestoreRecords(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.7"), Parent: owner}})[0]
+		},
+		"Get":         func() error { _, err := a.Get(ctx, ip("10.0.0.5")); return err },
+		"AddressesOf": func() error { _, err := a.AddressesOf(ctx, svc("a")); return err },
+		"CreateCIDR":  func() error { _, err := a.CreateCIDR(ctx, "y", pfx("10.1.0.0/24")); return err },
 		"UpdateCIDR": func() error {
 			_, err := a.UpdateCIDR(ctx, "x", pfx("10.0.0.0/24"), pfx("fd00::/64"))
 			return err

@@ -217,6 +217,12 @@ func TestRefusedCallsChangeNothing(t *testing.T) {
 				ctx, addr, owner := ctxOf(rt), rapid.SampledFrom(oddAddrs).Draw(rt, "addr"), oddOwner(rt)
 				check(rt, fmt.Sprintf("Restore(%v, %v)", addr, owner), func() error { _, err := a.Restore(ctx, addr, owner); return err })
 			},
+			"RestoreRecords": func(rt *rapid.T) {
+				ctx, addr, owner := ctxOf(rt), rapid.SampledFrom(oddAddrs).Draw(rt, "addr"), oddOwner(rt)
+				check(rt, fmt.Sprintf("RestoreRecords(%v of %v)", addr, owner), func() error {
+					return a.RestoreRecords(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner}})[0]
+				})
+			},
 			"AllocateNext": func(rt *rapid.T) {
 				ctx, f, owner := ctxOf(rt), rapid.SampledFrom(oddFamilies).Draw(rt, "family"), oddOwner(rt)
 				var want netip.Addr
@@ -256,6 +262,12 @@ func TestRefusedCallsChangeNothing(t *testing.T) {
 			"ReleaseAt": func(rt *rapid.T) {
 				ctx, addr, rev := ctxOf(rt), rapid.SampledFrom(oddAddrs).Draw(rt, "addr"), rapid.Int64Range(-1, 40).Draw(rt, "rev")
 				check(rt, fmt.Sprintf("ReleaseAt(%v, %d)", addr, rev), func() error { return a.ReleaseAt(ctx, addr, rev) })
+			},
+			"ReleaseRecords": func(rt *rapid.T) {
+				ctx, addr, owner, rev := ctxOf(rt), rapid.SampledFrom(oddAddrs).Draw(rt, "addr"), oddOwner(rt), rapid.Int64Range(-1, 40).Draw(rt, "rev")
+				check(rt, fmt.Sprintf("ReleaseRecords(%v of %v at %d)", addr, owner, rev), func() error {
+					return a.ReleaseRecords(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner, Revision: rev}})[0]
+				})
 			},
 			"ReleaseOwner": func(rt *rapid.T) {
 				ctx, owner := ctxOf(rt), oddOwner(rt)

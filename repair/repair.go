@@ -99,11 +99,11 @@ type Observer interface {
 // Repairer runs repair passes over the records of an allocator's store.
 type Repairer struct {
 	// Allocator gives the CIDRs, the store whose records are checked, and
-	// makes the repairs: Restore (not observed: no allocation metric
-	// counts a repair), and ReleaseRecords of the records as the pass
-	// listed them, in as few writes as the store allows. A record handed
-	// to its consumer goes through the store's ReplaceAddressAt, on the
-	// revision listed too.
+	// makes the repairs, each in as few writes as the store allows:
+	// RestoreRecords (not observed: no allocation metric counts a
+	// repair), and ReleaseRecords of the records as the pass listed them.
+	// A record handed to its consumer goes through the store's
+	// ReplaceAddressAt, on the revision listed.
 	Allocator *allocator.Allocator
 	// Consumers is the truth the records are reconciled with.
 	Consumers Consumers
@@ -170,6 +170,16 @@ type pass struct {
 	// consumer address in that CIDR still to be given its record would
 	// then be in none.
 	later []cleanup
+	// restores holds the consumers' addresses the pass writes records of,
+	// after the consumers are checked, in as few writes as the store
+	// allows, and before the cleanups.
+	restores []restore
+}
+
+// restore is an address ref holds that has no record.
+type restore struct {
+	ref  ipaddress.ParentRef
+	addr netip.Addr
 }
 
 // cleanup is a record the pass deletes, with what it reports of it.
@@ -309,6 +319,9 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return p.report, err
+	}
+	if !p.restore(ctx) {
+		return p.report, ctx.Err()
 	}
 	p.cleanUp(ctx)
 	// The last item's store call may have been cut short.
@@ -597,11 +610,39 @@ func (p *pass) checkConsumerAddr(ctx context.Context, ref ipaddress.ParentRef, s
 		// whose it is cannot be told, and it stays as it is.
 		return
 	}
-	p.repair(ctx, ref, a)
+	p.restores = append(p.restores, restore{ref: ref, addr: a})
 }
 
-// repair creates the missing record of a, held by ref.
-func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr) {
+// restore writes the records of p.restores, through the allocator, which
+// creates them in as few writes as its store allows
+// (allocator.RestoreRecords), and reports each. A dry run asks the
+// allocator about each in turn instead, and stops when ctx ends, which it
+// reports false.
+func (p *pass) restore(ctx context.Context) bool {
+	if p.r.DryRun {
+		for _, r := range p.restores {
+			if ctx.Err() != nil {
+				return false
+			}
+			p.repair(ctx, r.ref, r.addr, nil)
+		}
+		return true
+	}
+	recs := make([]ipaddress.IPAddress, len(p.restores))
+	for i, r := range p.restores {
+		recs[i] = ipaddress.IPAddress{Addr: r.addr, Parent: r.ref}
+	}
+	// Every outcome is reported, ctx ended or not: the records written
+	// stand.
+	for i, err := range p.a.RestoreRecords(ctx, recs) {
+		p.repair(ctx, recs[i].Parent, recs[i].Addr, err)
+	}
+	return true
+}
+
+// repair reports the record of a, held by ref, as restored, with the
+// error restoring it gave (a dry run: whether it would be).
+func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr, restored error) {
 	s, fam := a.String(), ipaddress.FamilyOf(a)
 	msg := p.repairedMsg(ref, a, nil)
 	var err error
@@ -615,11 +656,11 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 			msg = p.repairedMsg(ref, a, p.terminatingAt(a))
 		}
 	} else {
-		// Restore, not Allocate: the record is written back, nobody asked
-		// for an address, and the metrics count only requests. It decides
-		// from the allocator's view of the CIDRs, which may be newer than
-		// the pass's: a CIDR may have turned Terminating since.
-		_, err = p.a.Restore(ctx, a, ref)
+		// Restored, not allocated: the record is written back, nobody
+		// asked for an address, and the metrics count only requests. The
+		// allocator decides from its view of the CIDRs, which may be newer
+		// than the pass's: a CIDR may have turned Terminating since.
+		err = restored
 		if errors.Is(err, allocator.ErrTerminating) {
 			var names []string
 			names, err = p.adopt(ctx, ref, a)

@@ -12,19 +12,16 @@ import (
 	"github.com/netipam/netipam/repair"
 )
 
-// RepairLeaks is the body of the stores' repair benchmarks: each
-// operation is one repair pass over a's store that finds leaks records of
+// RepairLeaks is the body of the stores' repair benchmarks of leaks: each
+// operation is one repair pass over a's store that finds n records of
 // owners no consumer has and deletes them. The records are written before
 // each pass, off the clock, 64 a write; a must serve 10.0.0.0/16.
-func RepairLeaks(b *testing.B, a *allocator.Allocator, leaks int) {
+func RepairLeaks(b *testing.B, a *allocator.Allocator, n int) {
 	ctx := context.Background()
 	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(), LeakGrace: -1}
-	recs := make([]ipaddress.IPAddress, leaks)
+	recs := make([]ipaddress.IPAddress, n)
 	for i := range recs {
-		recs[i] = ipaddress.IPAddress{
-			Addr:   netip.AddrFrom4([4]byte{10, 0, byte(1 + i/256), byte(i)}),
-			Parent: ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: fmt.Sprint("gone-", i)},
-		}
+		recs[i] = ipaddress.IPAddress{Addr: benchAddr(i), Parent: benchOwner(i)}
 	}
 	b.ResetTimer()
 	for range b.N {
@@ -35,8 +32,48 @@ func RepairLeaks(b *testing.B, a *allocator.Allocator, leaks int) {
 			}
 		}
 		b.StartTimer()
-		if rep, err := r.Run(ctx); err != nil || rep.Count(repair.Leak) != leaks {
-			b.Fatalf("a pass over %d leaks: %d deleted, %v", leaks, rep.Count(repair.Leak), err)
+		if rep, err := r.Run(ctx); err != nil || rep.Count(repair.Leak) != n {
+			b.Fatalf("a pass over %d leaks: %d deleted, %v", n, rep.Count(repair.Leak), err)
 		}
 	}
+}
+
+// RepairLostRecords is the body of the stores' repair benchmarks of lost
+// records: each operation is one repair pass over a's store, which holds
+// no record of the n addresses its consumers hold, that writes them back.
+// The records are deleted before each pass, off the clock; a must serve
+// 10.0.0.0/16.
+func RepairLostRecords(b *testing.B, a *allocator.Allocator, n int) {
+	ctx := context.Background()
+	consumers := make([]repair.Consumer, n)
+	for i := range consumers {
+		consumers[i] = repair.Consumer{Ref: benchOwner(i), Addrs: []string{benchAddr(i).String()}}
+	}
+	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(consumers...)}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		recs, err := a.Store().ListAddresses(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, err := range a.ReleaseRecords(ctx, recs) {
+			if err != nil {
+				b.Fatalf("releasing %s: %v", recs[i].Addr, err)
+			}
+		}
+		b.StartTimer()
+		if rep, err := r.Run(ctx); err != nil || rep.Count(repair.Repaired) != n {
+			b.Fatalf("a pass over %d lost records: %d written back, %v", n, rep.Count(repair.Repaired), err)
+		}
+	}
+}
+
+// benchAddr is the i-th address of the repair benchmarks, in 10.0.1.0 and
+// up.
+func benchAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(1 + i/256), byte(i)}) }
+
+// benchOwner is the owner of the i-th address of the repair benchmarks.
+func benchOwner(i int) ipaddress.ParentRef {
+	return ipaddress.ParentRef{Resource: "pods", Namespace: "default", Name: fmt.Sprint("p-", i)}
 }

@@ -85,6 +85,15 @@ func BenchmarkRepairLeaks(b *testing.B) {
 	stress.RepairLeaks(b, benchAllocator(b), 1000)
 }
 
+// BenchmarkRepairLostRecords is a repair pass that writes back the
+// records of 1,000 addresses their consumers hold, which the store lost, on
+// one node (stress.RepairLostRecords).
+//
+//	go test -run '^$' -bench RepairLostRecords -benchtime 5x ./store/bolt/
+func BenchmarkRepairLostRecords(b *testing.B) {
+	stress.RepairLostRecords(b, benchAllocator(b), 1000)
+}
+
 // BenchmarkAllocateNextReleaseParallel is the same from many goroutines
 // at once, each for its own owner: GOMAXPROCS × per-proc of them, as many
 // pods starting on one node at once. Their writes share commits (group

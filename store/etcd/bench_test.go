@@ -312,6 +312,17 @@ func BenchmarkRepairLeaksOverEtcd(b *testing.B) {
 	stress.RepairLeaks(b, benchAllocator(b, c.newClient(b), "/bench-repair", "10.0.0.0/16"), 1000)
 }
 
+// BenchmarkRepairLostRecordsOverEtcd is a repair pass that writes back
+// the records of 1,000 addresses their consumers hold, which the store
+// lost, over etcd, one embedded member with fsync on
+// (stress.RepairLostRecords).
+//
+//	go test -run '^$' -bench RepairLostRecordsOverEtcd -benchtime 5x ./store/etcd/
+func BenchmarkRepairLostRecordsOverEtcd(b *testing.B) {
+	c := startCluster(b, 1)
+	stress.RepairLostRecords(b, benchAllocator(b, c.newClient(b), "/bench-repair", "10.0.0.0/16"), 1000)
+}
+
 // benchAllocator returns an allocator over a store under prefix holding one
 // CIDR, "bench", of cidr; both are closed when b ends.
 func benchAllocator(b *testing.B, cli *clientv3.Client, prefix, cidr string) *allocator.Allocator {

@@ -304,3 +304,55 @@ func TestRepairOverEtcdDeletesLeaksInBatches(t *testing.T) {
 		t.Errorf("%s, given to web after the listing: %+v, %v; want web's record %+v", moved, rec, err, web)
 	}
 }
+
+// SPEC §6 over etcd: a repair pass writes back the records a store lost
+// (addresses its consumers hold) 64 in one transaction
+// (allocator.RestoreRecords), where each alone takes one. An address
+// another owner took after the listing is no record to write back: the
+// pass reports it held twice, and it stays that owner's.
+func TestRepairOverEtcdRestoresLostRecordsInBatches(t *testing.T) {
+	ctx, _, a, calls := countedAllocator(t)
+	var consumers []repair.Consumer
+	for i := range 100 {
+		consumers = append(consumers, repair.Consumer{Ref: pod(fmt.Sprint("p-", i)), Addrs: []string{fmt.Sprintf("10.0.0.%d", 1+i)}})
+	}
+	r := &repair.Repairer{Allocator: a, Consumers: &consumersThen{Consumers: repair.NewStatic(consumers...)}, LeakGrace: -1}
+	calls.reset()
+	rep, err := r.Run(ctx)
+	if err != nil || rep.Count(repair.Repaired) != 100 || len(rep.Events) != 100 {
+		t.Fatalf("a pass over 100 lost records: %d repaired, events %v, %v; want 100 repaired", rep.Count(repair.Repaired), rep.Events, err)
+	}
+	if tx := calls.of(kvTxn); tx != 2 {
+		t.Errorf("a pass writing back 100 records made %d transactions; want 2, of 64 and 36", tx)
+	}
+	for _, c := range consumers {
+		if rec, err := a.Get(ctx, netip.MustParseAddr(c.Addrs[0])); err != nil || rec.Parent != c.Ref {
+			t.Errorf("%s after the pass: %+v, %v; want it %s's", c.Addrs[0], rec, err, c.Ref)
+		}
+	}
+
+	// The store loses them again; one is taken by web after the listing,
+	// when the pass asks about a leaked record's owner.
+	for _, c := range consumers {
+		if err := a.Release(ctx, netip.MustParseAddr(c.Addrs[0])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.200"), pod("gone")); err != nil {
+		t.Fatal(err)
+	}
+	taken := netip.MustParseAddr(consumers[70].Addrs[0])
+	var web ipaddress.IPAddress
+	r.Consumers.(*consumersThen).then = func() {
+		if web, err = a.Allocate(ctx, taken, pod("web")); err != nil {
+			t.Error(err)
+		}
+	}
+	rep, err = r.Run(ctx)
+	if err != nil || rep.Count(repair.Repaired) != 99 || rep.Count(repair.Duplicate) != 1 || rep.Count(repair.Leak) != 1 {
+		t.Fatalf("a pass over 100 lost records, one taken since the listing: events %v, %v; want 99 repaired, 1 already allocated, 1 leak", rep.Events, err)
+	}
+	if rec, err := a.Get(ctx, taken); err != nil || rec.Parent != pod("web") || rec.Revision != web.Revision {
+		t.Errorf("%s, taken by web after the listing: %+v, %v; want web's record %+v", taken, rec, err, web)
+	}
+}

@@ -14,16 +14,25 @@ import (
 	"github.com/netipam/netipam/store/bolt"
 )
 
-// batching is the bolt store as ReleaseOwner meets it: a
+// batching is the bolt store as the allocator's batched writes meet it: a
 // store.RecordsDeleter, which runs then, once, after the next AddressesOf
-// (as another allocator sharing the file could act), and refuses batches
-// of more than most records, as a store with a lower limit than the
-// allocator's batches would.
+// (as another allocator sharing the file could act), refuses deletes of
+// more than most records, as a store with a lower limit than the
+// allocator's batches would, and counts the writes it takes.
 type batching struct {
 	*bolt.Store
 	then    func()
 	most    int
 	batches int // DeleteRecords calls that deleted
+	creates int // CreateAddresses calls that created more than one record
+}
+
+func (s *batching) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	created, err := s.Store.CreateAddresses(ctx, recs, fences...)
+	if err == nil && len(recs) > 1 {
+		s.creates++
+	}
+	return created, err
 }
 
 func (s *batching) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
@@ -195,5 +204,70 @@ func TestReleaseRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	}
 	if c, err := st.GetCIDR(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("CIDR old after its last addresses were released in a batch: %+v, %v; want it removed", c, err)
+	}
+}
+
+// RestoreRecords over a store whose writes are round trips creates records
+// of many owners 64 in one write, each fenced on its CIDR. An address
+// allocated since the caller read it sends its write's records one by one,
+// where it is ErrAllocated and stays as it is (uniqueness); an address only
+// a Terminating CIDR holds is ErrTerminating, and one no CIDR holds
+// ErrNotInRange, as from Restore (SPEC §3, §4).
+func TestRestoreRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
+	ctx := ctxT(t)
+	st, a := batchingAllocator(t)
+	if _, err := a.CreateCIDR(ctx, "old", netip.MustParsePrefix("10.97.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate(ctx, ip("10.97.0.5"), svc("default", "keep")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(old) holding 10.97.0.5: %v, want ErrDeletionBlocked", err)
+	}
+	var recs []ipaddress.IPAddress
+	for i := range 150 {
+		recs = append(recs, ipaddress.IPAddress{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)}), Parent: svc("default", "p"+strconv.Itoa(i))})
+	}
+	dying, outside := len(recs), len(recs)+1
+	recs = append(recs,
+		ipaddress.IPAddress{Addr: ip("10.97.0.9"), Parent: svc("default", "q")},
+		ipaddress.IPAddress{Addr: ip("10.98.0.1"), Parent: svc("default", "r")})
+	taken := 70 // of the second write
+	web, err := a.Allocate(ctx, recs[taken].Addr, svc("default", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	errs := a.RestoreRecords(ctx, recs)
+	for i, err := range errs {
+		var want error
+		switch i {
+		case taken:
+			want = allocator.ErrAllocated
+		case dying:
+			want = allocator.ErrTerminating
+		case outside:
+			want = allocator.ErrNotInRange
+		}
+		if (want == nil) != (err == nil) || !errors.Is(err, want) {
+			t.Errorf("%s of %s: %v, want %v", recs[i].Addr, recs[i].Parent, err, want)
+			continue
+		}
+		if want != nil {
+			continue
+		}
+		if rec, err := a.Get(ctx, recs[i].Addr); err != nil || rec.Parent != recs[i].Parent {
+			t.Errorf("%s after RestoreRecords: %+v, %v; want it %s's", recs[i].Addr, rec, err, recs[i].Parent)
+		}
+	}
+	if st.creates != 2 {
+		t.Errorf("RestoreRecords of 150 records, one taken, wrote %d batches; want 2 (the first and the third), the second one by one", st.creates)
+	}
+	if rec, err := a.Get(ctx, web.Addr); err != nil || rec.Parent != web.Parent || rec.Revision != web.Revision {
+		t.Errorf("%s, allocated to web before: %+v, %v; want it web's as it was", web.Addr, rec, err)
+	}
+	if _, err := a.Get(ctx, ip("10.97.0.9")); !errors.Is(err, allocator.ErrNotFound) {
+		t.Errorf("10.97.0.9, in Terminating CIDR old only: %v, want no record", err)
 	}
 }

@@ -165,3 +165,40 @@ func TestReleaseRecordsLetsATerminatingCIDRGo(t *testing.T) {
 		t.Fatalf("CIDR old after its last address was released: %+v, %v; want it removed", c, err)
 	}
 }
+
+// RestoreRecords gives each record Restore's outcome (SPEC §3, §4): the
+// address written back to its owner, ErrAllocated when another owner holds
+// it, ErrTerminating when only a Terminating CIDR holds it, ErrInvalid for
+// an owner Allocate refuses; the others are written all the same.
+func TestRestoreRecordsGivesEachRecordRestoresOutcome(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24", "old=10.97.0.0/24"})
+	mustStatic(t, a, "10.96.0.6", "web")
+	mustStatic(t, a, "10.97.0.5", "keep")
+	if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(old) holding 10.97.0.5: %v, want ErrDeletionBlocked", err)
+	}
+	recs := []ipaddress.IPAddress{
+		{Addr: ip("10.96.0.5"), Parent: svc("a")},
+		{Addr: ip("10.96.0.6"), Parent: svc("b")},
+		{Addr: ip("10.97.0.9"), Parent: svc("c")},
+		{Addr: ip("10.96.0.7"), Parent: ipaddress.ParentRef{Resource: "services", Namespace: "default"}}, // no name
+		{Addr: ip("10.96.0.8"), Parent: svc("d")},
+	}
+	errs := a.RestoreRecords(ctx, recs)
+	for i, want := range []error{nil, allocator.ErrAllocated, allocator.ErrTerminating, ipaddress.ErrInvalid, nil} {
+		if got := errs[i]; (want == nil) != (got == nil) || !errors.Is(got, want) {
+			t.Errorf("%s of %s: %v, want %v", recs[i].Addr, recs[i].Parent, got, want)
+		}
+	}
+	for i, want := range []ipaddress.ParentRef{svc("a"), svc("web"), {}, {}, svc("d")} {
+		rec, err := st.GetAddress(ctx, recs[i].Addr)
+		if want == (ipaddress.ParentRef{}) {
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("%s: %+v, %v; want no record", recs[i].Addr, rec, err)
+			}
+		} else if err != nil || rec.Parent != want {
+			t.Errorf("%s: %+v, %v; want it %s's", recs[i].Addr, rec, err, want)
+		}
+	}
+}
