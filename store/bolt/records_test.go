@@ -3,6 +3,7 @@ package bolt_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/netipam/netipam/allocator"
 	"github.com/netipam/netipam/ipaddress"
+	"github.com/netipam/netipam/repair"
 	"github.com/netipam/netipam/store"
 	"github.com/netipam/netipam/store/bolt"
 )
@@ -25,9 +27,15 @@ type batching struct {
 	most    int
 	batches int // DeleteRecords calls that deleted
 	creates int // CreateAddresses calls that created more than one record
+	// beforeBatch runs once, before the next create of more than one record.
+	beforeBatch func()
 }
 
 func (s *batching) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	if f := s.beforeBatch; f != nil && len(recs) > 1 {
+		s.beforeBatch = nil
+		f()
+	}
 	created, err := s.Store.CreateAddresses(ctx, recs, fences...)
 	if err == nil && len(recs) > 1 {
 		s.creates++
@@ -269,5 +277,38 @@ func TestRestoreRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	}
 	if _, err := a.Get(ctx, ip("10.97.0.9")); !errors.Is(err, allocator.ErrNotFound) {
 		t.Errorf("10.97.0.9, in Terminating CIDR old only: %v, want no record", err)
+	}
+}
+
+// SPEC §6 with §4: a repair pass writes back lost records in one write
+// fenced on their CIDR. When the CIDR is deleted after the allocator
+// chose the write (nothing held it, so it goes at once), the write fails
+// its fence and writes nothing: each address is then found in no CIDR
+// and reported out of range, none recorded outside every CIDR.
+func TestRepairWritesNoRecordIntoACIDRRemovedAfterItsBatchWasChosen(t *testing.T) {
+	ctx := ctxT(t)
+	st, a := batchingAllocator(t)
+	if _, err := a.CreateCIDR(ctx, "other", netip.MustParsePrefix("10.97.0.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	var consumers []repair.Consumer
+	for i := range 10 {
+		consumers = append(consumers, repair.Consumer{Ref: svc("default", "c"+strconv.Itoa(i)), Addrs: []string{fmt.Sprintf("10.96.0.%d", 10+i)}})
+	}
+	st.beforeBatch = func() {
+		if err := a.DeleteCIDR(ctx, "pods"); err != nil {
+			t.Errorf("DeleteCIDR(pods), holding no record: %v", err)
+		}
+	}
+	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(consumers...), LeakGrace: -1}
+	rep, err := r.Run(ctx)
+	if err != nil || rep.Count(repair.OutOfRange) != 10 || len(rep.Events) != 10 {
+		t.Fatalf("a pass whose CIDR went before its write: events %v, %v; want 10 out of range", rep.Events, err)
+	}
+	if st.beforeBatch != nil {
+		t.Fatal("the pass made no write of more than one record")
+	}
+	if recs, err := st.ListAddresses(ctx); err != nil || len(recs) != 0 {
+		t.Errorf("the store holds %+v, %v; want no record, none inside a CIDR", recs, err)
 	}
 }
