@@ -264,3 +264,55 @@ func ExampleDryRun_AllocateDualStack() {
 	// 1 0
 	// 10.0.0.17 fd00:10::11 <nil>
 }
+
+// Records listed a moment ago (by a reconciler deciding they are leaks)
+// are released only as they were listed: one released and allocated to
+// another owner since stays that owner's.
+func ExampleAllocator_ReleaseRecords() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New(), allocator.WithStrategy(allocator.Sequential()))
+	defer a.Close()
+	a.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"))
+	a.AllocateNext(ctx, ipaddress.IPv4, svc("gone-a"))
+	a.AllocateNext(ctx, ipaddress.IPv4, svc("gone-b"))
+	leaks, _ := a.Store().ListAddresses(ctx)
+	slices.SortFunc(leaks, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+
+	// Meanwhile the first address changes hands.
+	a.Release(ctx, leaks[0].Addr)
+	a.Allocate(ctx, leaks[0].Addr, svc("web"))
+
+	for i, err := range a.ReleaseRecords(ctx, leaks) {
+		fmt.Println(leaks[i].Addr, leaks[i].Parent.Name, err == nil, errors.Is(err, allocator.ErrConflict))
+	}
+	now, _ := a.Get(ctx, leaks[0].Addr)
+	fmt.Println(now.Addr, now.Parent.Name)
+	// Output:
+	// 10.0.0.17 gone-a false true
+	// 10.0.0.18 gone-b true false
+	// 10.0.0.17 web
+}
+
+// A store restored from an old backup lacks records of addresses its
+// consumers hold: they are written back, each as Restore would write it,
+// and each record gets its own outcome.
+func ExampleAllocator_RestoreRecords() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New())
+	defer a.Close()
+	a.CreateCIDR(ctx, "services", netip.MustParsePrefix("10.96.0.0/24"))
+	a.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), svc("dns")) // in the backup
+
+	lost := []ipaddress.IPAddress{
+		{Addr: netip.MustParseAddr("10.96.0.1"), Parent: svc("kubernetes")},
+		{Addr: netip.MustParseAddr("10.96.0.10"), Parent: svc("other")},
+		{Addr: netip.MustParseAddr("10.97.0.1"), Parent: svc("elsewhere")},
+	}
+	for i, err := range a.RestoreRecords(ctx, lost) {
+		fmt.Println(lost[i].Addr, lost[i].Parent.Name, err)
+	}
+	// Output:
+	// 10.96.0.1 kubernetes <nil>
+	// 10.96.0.10 other provided IP is already allocated
+	// 10.97.0.1 elsewhere the provided IP (10.97.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/24
+}

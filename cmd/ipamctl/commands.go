@@ -845,8 +845,9 @@ func ipRelease(e *env) error {
 			return fmt.Errorf("%s may still hold %s that cannot be read (not released, see the warnings): %w", e.in.parent, counted(skipped.Count, "record"), store.ErrCorrupt)
 		}
 		if err != nil {
-			// What was released before the error (--timeout, Ctrl-C)
-			// stays released: say what, as for ADDR... below.
+			// What was released despite the error (before --timeout or
+			// Ctrl-C, or besides an address whose release failed) stays
+			// released: say what, as for ADDR... below.
 			printReleased(e, released, nil)
 			return err
 		}
