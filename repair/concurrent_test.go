@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/netipam/netipam/allocator"
+	"github.com/netipam/netipam/internal/stress"
 	"github.com/netipam/netipam/ipaddress"
 	"github.com/netipam/netipam/repair"
 	"github.com/netipam/netipam/store"
+	"github.com/netipam/netipam/store/memory"
 )
 
 // onEvent is an Observer (metrics) that runs hook on the first event of
@@ -307,4 +309,13 @@ func TestRepairReportsAnAddressTakenSinceTheListingOnlyWhileItsConsumerExists(t 
 			t.Errorf("consumer deleted: %v; %s = %+v, %v, want kept for %s", gone, addr, r, ok, svc("new"))
 		}
 	}
+}
+
+// SPEC §1/§3 with §6 over the memory store, two allocators sharing it: see
+// stress.RepairRestoreRace.
+func TestRepairRestoresRacingAnotherAllocatorRecordEachAddressOnce(t *testing.T) {
+	stress.RepairRestoreRace(t, 20, func(int) (store.Store, store.Store, func()) {
+		st := memory.New()
+		return st, st, func() {}
+	})
 }

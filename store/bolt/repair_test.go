@@ -14,3 +14,11 @@ func TestRepairOverBoltNeverHandsAConsumersAddressToAnother(t *testing.T) {
 		return st, st, func() { st.Close() }
 	})
 }
+
+// SPEC §1/§3 with §6 over bolt: see stress.RepairRestoreRace.
+func TestRepairRestoresOverBoltRacingAnotherAllocatorRecordEachAddressOnce(t *testing.T) {
+	stress.RepairRestoreRace(t, 20, func(int) (store.Store, store.Store, func()) {
+		st := mustOpen(t, tempPath(t))
+		return st, st, func() { st.Close() }
+	})
+}

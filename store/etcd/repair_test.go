@@ -33,6 +33,15 @@ func TestRepairOverEtcdNeverHandsAConsumersAddressToAnother(t *testing.T) {
 	})
 }
 
+// SPEC §1/§3 with §6 over etcd, two allocators on two clients: see
+// stress.RepairRestoreRace.
+func TestRepairRestoresOverEtcdRacingAnotherAllocatorRecordEachAddressOnce(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.UnsafeNoFsync = true })
+	stress.RepairRestoreRace(t, 10, func(trial int) (store.Store, store.Store, func()) {
+		return c.twoStores(t, fmt.Sprintf("/restore-race-%d", trial))
+	})
+}
+
 // SPEC §6 / the package doc: with DryRun a pass reports the same findings
 // and changes nothing; over etcd the store's revision must not move, with
 // leaks, wrong references, missing records in a live and in a Terminating
