@@ -1601,6 +1601,67 @@ func (a *Allocator) ReleaseRecords(ctx context.Context, recs []ipaddress.IPAddre
 	})
 }
 
+// ReplaceRecords gives the record of recs[i], only if the store still
+// holds it as given, to owner to[i], the address never free in between
+// (store.Store.ReplaceAddressAt): for a caller that decided on records it
+// read, such as repair handing a wrongly owned record to the consumer
+// holding its address. errs[i] is the outcome for recs[i]: nil when it
+// was given; an error matching ErrNotFound or ErrConflict when it is gone
+// or changed since; ErrInvalid for an owner Allocate refuses (every record
+// when recs and to differ in length); any other error when its write
+// failed, which does not stop the others. Once ctx ends, the records not
+// yet given get its error.
+//
+// Over a store.RecordsReplacer the records are written up to 64 in one
+// write, each only if held with the revision, owner and creation time
+// given; the records of a write the store refuses, because one of them
+// changed or as more than it takes at once, are given one by one, at the
+// revision given.
+func (a *Allocator) ReplaceRecords(ctx context.Context, recs []ipaddress.IPAddress, to []ipaddress.ParentRef) []error {
+	if len(to) != len(recs) {
+		errs := make([]error, len(recs))
+		mismatch := &ipaddress.FieldError{Field: "owners", Detail: "one owner for each record"}
+		for i := range errs {
+			errs[i] = mismatch
+		}
+		return errs
+	}
+	var batched func(todo []int, errs []error) []int
+	if rp, ok := a.st.(store.RecordsReplacer); ok {
+		batched = func(todo []int, errs []error) []int { return a.replaceRecords(ctx, rp, recs, to, todo, errs) }
+	}
+	return a.writeRecords(ctx, len(recs), batched, func(i int) error {
+		if err := ipaddress.ValidateAddr(recs[i].Addr); err != nil {
+			return err
+		}
+		if err := to[i].Validate(); err != nil {
+			return err
+		}
+		_, err := a.st.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: recs[i].Addr, Parent: to[i]}, recs[i].Revision)
+		return err
+	})
+}
+
+// replaceRecords gives the records of recs at the indexes of todo to their
+// owners in to through rp, in writes of writeBatch records, setting their
+// outcomes in errs, and returns the indexes left for the caller to give
+// one by one: of records with an invalid address or new owner, and of every
+// write rp refused, with ErrConflict or as invalid.
+func (a *Allocator) replaceRecords(ctx context.Context, rp store.RecordsReplacer, recs []ipaddress.IPAddress, to []ipaddress.ParentRef, todo []int, errs []error) (left []int) {
+	batch := make([]ipaddress.IPAddress, 0, min(len(todo), writeBatch))
+	owners := make([]ipaddress.ParentRef, 0, min(len(todo), writeBatch))
+	fits := func(i int) bool { return ipaddress.ValidateAddr(recs[i].Addr) == nil && to[i].Validate() == nil }
+	return inBatches(ctx, todo, errs, fits, func(idx []int) error {
+		batch, owners = batch[:0], owners[:0]
+		for _, i := range idx {
+			batch = append(batch, recs[i])
+			owners = append(owners, to[i])
+		}
+		_, err := rp.ReplaceRecords(ctx, batch, owners)
+		return err
+	})
+}
+
 // writeRecords is the frame of ReleaseRecords and RestoreRecords: it
 // returns the outcomes of n records, each ErrClosed on a closed
 // allocator. Otherwise batched, if the store writes several records at
@@ -1643,37 +1704,50 @@ const writeBatch = 64
 // delete) or as invalid (an address given twice, or more records than d
 // deletes at once).
 func (a *Allocator) deleteRecords(ctx context.Context, d store.RecordsDeleter, recs []ipaddress.IPAddress, todo []int, errs []error) (left []int) {
-	valid := make([]int, 0, len(todo))
-	for _, i := range todo {
-		if ipaddress.ValidateAddr(recs[i].Addr) != nil {
-			left = append(left, i)
-		} else {
-			valid = append(valid, i)
-		}
-	}
-	batch := make([]ipaddress.IPAddress, 0, min(len(valid), writeBatch))
-	for idx := range slices.Chunk(valid, writeBatch) {
-		if err := ctx.Err(); err != nil {
-			for _, i := range idx {
-				errs[i] = err
-			}
-			continue
-		}
+	batch := make([]ipaddress.IPAddress, 0, min(len(todo), writeBatch))
+	fits := func(i int) bool { return ipaddress.ValidateAddr(recs[i].Addr) == nil }
+	return inBatches(ctx, todo, errs, fits, func(idx []int) error {
 		batch = batch[:0]
 		for _, i := range idx {
 			batch = append(batch, recs[i])
 		}
 		deleted, err := d.DeleteRecords(ctx, batch)
-		switch {
-		case errors.Is(err, store.ErrConflict), errors.Is(err, ipaddress.ErrInvalid):
-			left = append(left, idx...)
-		case err != nil:
-			for _, i := range idx {
-				errs[i] = err
-			}
-		default:
+		if err == nil {
 			for _, i := range idx {
 				a.released(ctx, recs[i].Addr, deleted)
+			}
+		}
+		return err
+	})
+}
+
+// inBatches writes the records at the indexes of todo that fit, in chunks
+// of writeBatch, each through one call of write, and returns the indexes
+// left for the caller to write one by one: of the records that do not fit,
+// and of every chunk write refused with ErrConflict or as invalid. Any
+// other error, and ctx's once it ends, is the outcome in errs of each
+// record of its chunk.
+func inBatches(ctx context.Context, todo []int, errs []error, fits func(i int) bool, write func(idx []int) error) (left []int) {
+	valid := make([]int, 0, len(todo))
+	for _, i := range todo {
+		if fits(i) {
+			valid = append(valid, i)
+		} else {
+			left = append(left, i)
+		}
+	}
+	for idx := range slices.Chunk(valid, writeBatch) {
+		err := ctx.Err()
+		if err == nil {
+			err = write(idx)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrConflict), errors.Is(err, ipaddress.ErrInvalid):
+			left = append(left, idx...)
+		default:
+			for _, i := range idx {
+				errs[i] = err
 			}
 		}
 	}

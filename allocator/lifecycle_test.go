@@ -131,6 +131,9 @@ func contextCalls(ctx context.Context, a *allocator.Allocator, owner ipaddress.P
 		"ReleaseRecords": func() error {
 			return a.ReleaseRecords(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.5"), Parent: svc("a"), Revision: 1}})[0]
 		},
+		"ReplaceRecords": func() error {
+			return a.ReplaceRecords(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.5"), Parent: svc("a"), Revision: 1}}, []ipaddress.ParentRef{owner})[0]
+		},
 		"RestoreRecords": func() error {
 			return a.RestoreRecords(ctx, []ipaddress.IPAddress{{Addr: ip("10.0.0.7"), Parent: owner}})[0]
 		},

@@ -202,3 +202,55 @@ func TestRestoreRecordsGivesEachRecordRestoresOutcome(t *testing.T) {
 		}
 	}
 }
+
+// Uniqueness: ReplaceRecords gives a record to its new owner only if the
+// store still holds it as listed, the address never free in between. Of
+// an owner's records, one released since is ErrNotFound, one released and
+// given to another since is ErrConflict and stays that one's; an owner
+// Allocate refuses is ErrInvalid, and so is every record when the owners
+// do not match the records one for one.
+func TestReplaceRecordsGivesOnlyRecordsStillHeldAsListed(t *testing.T) {
+	ctx := context.Background()
+	a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24"})
+	for _, addr := range []string{"10.96.0.5", "10.96.0.6", "10.96.0.7", "10.96.0.8"} {
+		mustStatic(t, a, addr, "old")
+	}
+	listed, err := a.AddressesOf(ctx, svc("old"))
+	if err != nil || len(listed) != 4 {
+		t.Fatalf("AddressesOf(old) = %+v, %v", listed, err)
+	}
+	slices.SortFunc(listed, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	for _, errs := range [][]error{
+		a.ReplaceRecords(ctx, listed, []ipaddress.ParentRef{svc("new")}),
+		a.ReplaceRecords(ctx, listed[:1], nil),
+	} {
+		for i, err := range errs {
+			if !errors.Is(err, ipaddress.ErrInvalid) {
+				t.Errorf("ReplaceRecords with owners not one for one: record %d: %v, want ErrInvalid", i, err)
+			}
+		}
+	}
+	if err := a.Release(ctx, listed[1].Addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, listed[2].Addr); err != nil {
+		t.Fatal(err)
+	}
+	mustStatic(t, a, listed[2].Addr.String(), "web")
+
+	to := []ipaddress.ParentRef{svc("new"), svc("new"), svc("new"), {Resource: "services", Namespace: "default"}}
+	errs := a.ReplaceRecords(ctx, listed, to)
+	for i, want := range []error{nil, store.ErrNotFound, store.ErrConflict, ipaddress.ErrInvalid} {
+		if got := errs[i]; (want == nil) != (got == nil) || !errors.Is(got, want) {
+			t.Errorf("%s to %s: %v, want %v", listed[i].Addr, to[i], got, want)
+		}
+	}
+	for addr, want := range map[netip.Addr]ipaddress.ParentRef{listed[0].Addr: svc("new"), listed[2].Addr: svc("web"), listed[3].Addr: svc("old")} {
+		if rec, err := st.GetAddress(ctx, addr); err != nil || rec.Parent != want {
+			t.Errorf("%s after ReplaceRecords: %+v, %v; want it %s's", addr, rec, err, want)
+		}
+	}
+	if _, err := st.GetAddress(ctx, listed[1].Addr); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("%s, released before ReplaceRecords: %v, want it free", listed[1].Addr, err)
+	}
+}

@@ -269,6 +269,12 @@ func TestRefusedCallsChangeNothing(t *testing.T) {
 					return a.ReleaseRecords(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: owner, Revision: rev}})[0]
 				})
 			},
+			"ReplaceRecords": func(rt *rapid.T) {
+				ctx, addr, from, to, rev := ctxOf(rt), rapid.SampledFrom(oddAddrs).Draw(rt, "addr"), oddOwner(rt), oddOwner(rt), rapid.Int64Range(-1, 40).Draw(rt, "rev")
+				check(rt, fmt.Sprintf("ReplaceRecords(%v of %v at %d, to %v)", addr, from, rev, to), func() error {
+					return a.ReplaceRecords(ctx, []ipaddress.IPAddress{{Addr: addr, Parent: from, Revision: rev}}, []ipaddress.ParentRef{to})[0]
+				})
+			},
 			"ReleaseOwner": func(rt *rapid.T) {
 				ctx, owner := ctxOf(rt), oddOwner(rt)
 				check(rt, fmt.Sprintf("ReleaseOwner(%v)", owner), func() error { _, err := a.ReleaseOwner(ctx, owner); return err })

@@ -16,8 +16,9 @@
 //     (60 s by default, the apiserver's request timeout): a younger record
 //     may belong to an allocation whose consumer is still being written.
 //     When one consumer holds the address, the record is handed to it in
-//     the same store write (store.Store.ReplaceAddressAt), so no other
-//     allocation can take the address in between. Records are deleted
+//     the write that takes it from its parent (allocator.ReplaceRecords),
+//     so no other allocation can take the address in between. Records
+//     are handed over once every record is checked, and deleted
 //     last, once every consumer address has its record: a deletion may
 //     let a Terminating CIDR be removed (also one that turned Terminating
 //     during the pass), which must not happen under an address still to
@@ -101,9 +102,9 @@ type Repairer struct {
 	// Allocator gives the CIDRs, the store whose records are checked, and
 	// makes the repairs, each in as few writes as the store allows:
 	// RestoreRecords (not observed: no allocation metric counts a
-	// repair), and ReleaseRecords of the records as the pass listed them.
-	// A record handed to its consumer goes through the store's
-	// ReplaceAddressAt, on the revision listed.
+	// repair); ReplaceRecords, which hands a record to its consumer with
+	// the address never free; and ReleaseRecords. The last two act on
+	// the records as the pass listed them.
 	Allocator *allocator.Allocator
 	// Consumers is the truth the records are reconciled with.
 	Consumers Consumers
@@ -170,6 +171,10 @@ type pass struct {
 	// consumer address in that CIDR still to be given its record would
 	// then be in none.
 	later []cleanup
+	// handovers holds the records the pass gives to the consumers holding
+	// their addresses, after the records are checked and before the
+	// consumers are.
+	handovers []handover
 	// restores holds the consumers' addresses the pass writes records of,
 	// after the consumers are checked, in as few writes as the store
 	// allows, and before the cleanups.
@@ -188,6 +193,13 @@ type cleanup struct {
 	kind Kind
 	age  time.Duration
 	msg  string
+}
+
+// handover is a record the pass gives to heir, the consumer holding its
+// address, with what it reports of it.
+type handover struct {
+	cleanup
+	heir ipaddress.ParentRef
 }
 
 // Run makes one repair pass. The error is for a pass that could not be
@@ -309,6 +321,7 @@ func (r *Repairer) Run(ctx context.Context) (rep Report, err error) {
 		}
 		p.checkRecord(ctx, rec)
 	}
+	p.handOver(ctx)
 	for _, ref := range order {
 		for _, s := range addrs[ref] {
 			if err := ctx.Err(); err != nil {
@@ -473,27 +486,51 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 		p.later = append(p.later, cleanup{rec: rec, kind: kind, age: age, msg: msg})
 		return
 	}
+	p.handovers = append(p.handovers, handover{cleanup: cleanup{rec: rec, kind: kind, age: age, msg: msg}, heir: heir})
+}
+
+// handOver gives the records of p.handovers to their heirs and reports
+// them. Deleting a record and creating the consumer's later would leave
+// the address free in between, for any allocator sharing the store to hand
+// out: one write moves each instead, and the allocator writes them in as
+// few writes as its store allows (allocator.ReplaceRecords).
+func (p *pass) handOver(ctx context.Context) {
+	errs := make([]error, len(p.handovers)) // a dry run's: none
 	if !p.r.DryRun {
-		// Deleting the record and creating the consumer's later would
-		// leave the address free in between, for any allocator sharing
-		// the store to hand out: one write moves it instead.
-		_, err := p.st.ReplaceAddressAt(ctx, ipaddress.IPAddress{Addr: rec.Addr, Parent: heir}, rec.Revision)
-		switch {
-		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
-			// Released or replaced by someone else since the listing:
-			// nothing of what was found stands.
-			delete(p.records, rec.Addr)
-			return
-		case err != nil:
-			p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
-				Message: fmt.Sprintf("unable to hand %s from %s to %s: %v", addr, rec.Parent, heir, err)})
-			return
+		recs := make([]ipaddress.IPAddress, len(p.handovers))
+		to := make([]ipaddress.ParentRef, len(p.handovers))
+		for i, h := range p.handovers {
+			recs[i], to[i] = h.rec, h.heir
 		}
+		errs = p.a.ReplaceRecords(ctx, recs, to)
 	}
-	p.emit(Event{Kind: kind, Addr: addr, Ref: rec.Parent, Age: age, Message: msg})
-	// The consumer's now, as it holds it: its own check finds it so.
-	p.records[rec.Addr] = ipaddress.IPAddress{Addr: rec.Addr, Parent: heir}
-	p.emit(Event{Kind: Repaired, Addr: addr, Ref: heir, Message: p.repairedMsg(heir, rec.Addr, p.terminatingOnly(rec.Addr))})
+	for i, h := range p.handovers {
+		rec, addr := h.rec, h.rec.Addr.String()
+		if !p.written(ctx, errs[i], rec, fmt.Sprintf("unable to hand %s from %s to %s", addr, rec.Parent, h.heir)) {
+			continue
+		}
+		p.emit(Event{Kind: h.kind, Addr: addr, Ref: rec.Parent, Age: h.age, Message: h.msg})
+		// The consumer's now, as it holds it: its own check finds it so.
+		p.records[rec.Addr] = ipaddress.IPAddress{Addr: rec.Addr, Parent: h.heir}
+		p.emit(Event{Kind: Repaired, Addr: addr, Ref: h.heir, Message: p.repairedMsg(h.heir, rec.Addr, p.terminatingOnly(rec.Addr))})
+	}
+}
+
+// written reports whether the write a repair of rec made succeeded (err is
+// nil). A record gone or changed since the listing is no finding any
+// more: nothing of what was found stands. Another error is reported as
+// Failed, with the message what.
+func (p *pass) written(ctx context.Context, err error, rec ipaddress.IPAddress, what string) bool {
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
+		delete(p.records, rec.Addr)
+		return false
+	case err != nil:
+		p.fail(ctx, Event{Kind: Failed, Addr: rec.Addr.String(), Ref: rec.Parent, Err: err,
+			Message: fmt.Sprintf("%s: %v", what, err)})
+		return false
+	}
+	return true
 }
 
 // cleanUp deletes the records of p.later, each unless the store no longer
@@ -501,7 +538,7 @@ func (p *pass) checkRecord(ctx context.Context, rec ipaddress.IPAddress) {
 // few writes as its store allows (allocator.ReleaseRecords), and re-checks
 // the Terminating CIDRs they may have been holding.
 func (p *pass) cleanUp(ctx context.Context) {
-	var errs []error
+	errs := make([]error, len(p.later)) // a dry run's: none
 	if !p.r.DryRun {
 		recs := make([]ipaddress.IPAddress, len(p.later))
 		for i, c := range p.later {
@@ -511,18 +548,8 @@ func (p *pass) cleanUp(ctx context.Context) {
 	}
 	for i, c := range p.later {
 		rec, addr := c.rec, c.rec.Addr.String()
-		if errs != nil {
-			switch err := errs[i]; {
-			case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
-				// Released or replaced by someone else since the
-				// listing: nothing of what was found stands.
-				delete(p.records, rec.Addr)
-				continue
-			case err != nil:
-				p.fail(ctx, Event{Kind: Failed, Addr: addr, Ref: rec.Parent, Err: err,
-					Message: fmt.Sprintf("unable to release %s of %s: %v", addr, rec.Parent, err)})
-				continue
-			}
+		if !p.written(ctx, errs[i], rec, fmt.Sprintf("unable to release %s of %s", addr, rec.Parent)) {
+			continue
 		}
 		p.emit(Event{Kind: c.kind, Addr: addr, Ref: rec.Parent, Age: c.age, Message: c.msg})
 		delete(p.records, rec.Addr)

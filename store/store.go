@@ -487,6 +487,42 @@ type RecordsDeleter interface {
 	DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (deleted int64, err error)
 }
 
+// RecordsReplacer is implemented by a store that gives several records to
+// new owners in one write, for a caller that read them (repair's
+// hand-overs of wrongly owned records to the consumers holding their
+// addresses): store/etcd, where ReplaceAddressAt is a read and a
+// transaction for each address and this one transaction for all of them,
+// and store/bolt, one synced write for all of them.
+type RecordsReplacer interface {
+	// ReplaceRecords gives the record of recs[i], if the store holds it as
+	// it is given (address, revision, owner and creation time), to owner
+	// to[i], as ReplaceAddressAt does: the address is never free between
+	// the two owners. All in one write of one revision, or none. It
+	// returns the new records, in the order of recs; no records is no
+	// write. ErrConflict if any record is replaced or gone since, or held
+	// in a form this call does not replace, which ReplaceAddressAt does
+	// (each store says which); an error matching ipaddress.ErrInvalid for
+	// an address given twice, recs and to of different lengths, an owner
+	// the store cannot hold, or more records than it writes at once.
+	ReplaceRecords(ctx context.Context, recs []ipaddress.IPAddress, to []ipaddress.ParentRef) ([]ipaddress.IPAddress, error)
+}
+
+// CheckReplacements returns nil if recs and to can be a ReplaceRecords
+// call's: as many owners as records, no address twice (CheckDistinct),
+// every owner one CheckOwner takes. Otherwise the error matches
+// ipaddress.ErrInvalid.
+func CheckReplacements(recs []ipaddress.IPAddress, to []ipaddress.ParentRef) error {
+	if len(to) != len(recs) {
+		return &ipaddress.FieldError{Field: "owners", Value: strconv.Itoa(len(to)), Detail: fmt.Sprintf("one owner for each of %d records", len(recs))}
+	}
+	for _, o := range to {
+		if err := CheckOwner(o); err != nil {
+			return err
+		}
+	}
+	return CheckDistinct(recs)
+}
+
 // CheckDistinct returns nil if no two records of recs have one address,
 // else an *ipaddress.FieldError for "records" naming the first held twice:
 // the refusal of a batch a RecordsDeleter deletes.

@@ -94,6 +94,15 @@ func BenchmarkRepairLostRecords(b *testing.B) {
 	stress.RepairLostRecords(b, benchAllocator(b), 1000)
 }
 
+// BenchmarkRepairHandOvers is a repair pass that gives 1,000 records of
+// owners gone to the consumers holding their addresses, on one node
+// (stress.RepairHandOvers).
+//
+//	go test -run '^$' -bench RepairHandOvers -benchtime 5x ./store/bolt/
+func BenchmarkRepairHandOvers(b *testing.B) {
+	stress.RepairHandOvers(b, func(int) *allocator.Allocator { return benchAllocator(b) }, 1000)
+}
+
 // BenchmarkAllocateNextReleaseParallel is the same from many goroutines
 // at once, each for its own owner: GOMAXPROCS × per-proc of them, as many
 // pods starting on one node at once. Their writes share commits (group

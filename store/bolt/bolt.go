@@ -903,16 +903,9 @@ func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (
 		deleted = rev
 		evs := make([]store.Event, 0, len(recs))
 		for _, want := range recs {
-			if checkAddr(want.Addr) != nil {
-				return nil, fmt.Errorf("address %q is no record's: %w", want.Addr, store.ErrConflict)
-			}
-			key := appendAddrKey(nil, want.Addr)
-			rec, ok, err := getAddress(tx, want.Addr, key)
-			switch {
-			case err != nil:
+			rec, key, err := heldAsGiven(tx, want)
+			if err != nil {
 				return nil, err
-			case !ok || rec.Revision != want.Revision || rec.Parent != want.Parent || !rec.Created.Equal(want.Created):
-				return nil, fmt.Errorf("address %s: not the record given: %w", want.Addr, store.ErrConflict)
 			}
 			if err := deleteOwnerEntry(tx, rec, key); err != nil {
 				return nil, err
@@ -928,6 +921,24 @@ func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (
 		return 0, err
 	}
 	return deleted, nil
+}
+
+// heldAsGiven returns the record of want's address and its key, if tx holds
+// it as want gives it (revision, owner and creation time): the check of
+// each record of DeleteRecords and ReplaceRecords. ErrConflict otherwise.
+func heldAsGiven(tx *bbolt.Tx, want ipaddress.IPAddress) (ipaddress.IPAddress, []byte, error) {
+	if checkAddr(want.Addr) != nil {
+		return ipaddress.IPAddress{}, nil, fmt.Errorf("address %q is no record's: %w", want.Addr, store.ErrConflict)
+	}
+	key := appendAddrKey(nil, want.Addr)
+	rec, ok, err := getAddress(tx, want.Addr, key)
+	switch {
+	case err != nil:
+		return ipaddress.IPAddress{}, nil, err
+	case !ok || rec.Revision != want.Revision || rec.Parent != want.Parent || !rec.Created.Equal(want.Created):
+		return ipaddress.IPAddress{}, nil, fmt.Errorf("address %s: not the record given: %w", want.Addr, store.ErrConflict)
+	}
+	return rec, key, nil
 }
 
 // deleteOwnerEntry deletes the owner index's entry for rec, stored under
@@ -957,6 +968,38 @@ func deleteOwnerEntry(tx *bbolt.Tx, rec ipaddress.IPAddress, key []byte) error {
 	return nil
 }
 
+// ReplaceRecords implements store.RecordsReplacer: one write transaction,
+// which checks each record as DeleteRecords does and writes it for its new
+// owner as ReplaceAddressAt does.
+func (s *Store) ReplaceRecords(ctx context.Context, recs []ipaddress.IPAddress, to []ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	if err := store.CheckReplacements(recs, to); err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, s.checkOpen(ctx)
+	}
+	out := make([]ipaddress.IPAddress, len(recs))
+	now := s.clock()
+	err := s.update(ctx, func(tx *bbolt.Tx, rev int64) ([]store.Event, error) {
+		evs := make([]store.Event, 0, len(recs))
+		for i, want := range recs {
+			cur, key, err := heldAsGiven(tx, want)
+			if err != nil {
+				return nil, err
+			}
+			if out[i], err = replace(tx, cur, key, to[i], now, rev); err != nil {
+				return nil, err
+			}
+			evs = append(evs, store.Event{Kind: store.AddressPut, Revision: rev, Address: out[i]})
+		}
+		return evs, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplaceAddressAt implements store.Store.
 func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, want int64) (ipaddress.IPAddress, error) {
 	if err := s.checkOpen(ctx); err != nil {
@@ -981,24 +1024,32 @@ func (s *Store) ReplaceAddressAt(ctx context.Context, rec ipaddress.IPAddress, w
 		case cur.Revision != want:
 			return nil, fmt.Errorf("address %s at revision %d, not %d: %w", rec.Addr, cur.Revision, want, store.ErrConflict)
 		}
-		if err := deleteOwnerEntry(tx, cur, key); err != nil {
+		if out, err = replace(tx, cur, key, rec.Parent, now, rev); err != nil {
 			return nil, err
 		}
-		owners := tx.Bucket(bucketOwners)
-		v := addrValue{parent: rec.Parent, created: now, rev: rev}
-		if err := tx.Bucket(bucketAddrs).Put(key, appendAddrValue(nil, v)); err != nil {
-			return nil, fmt.Errorf("bolt: storing address %s: %w", rec.Addr, err)
-		}
-		if err := owners.Put(appendOwnerKey(nil, rec.Parent, rec.Addr), nil); err != nil {
-			return nil, fmt.Errorf("bolt: indexing address %s: %w", rec.Addr, err)
-		}
-		out = v.record(rec.Addr)
 		return []store.Event{{Kind: store.AddressPut, Revision: rev, Address: out}}, nil
 	})
 	if err != nil {
 		return ipaddress.IPAddress{}, err
 	}
 	return out, nil
+}
+
+// replace writes the record cur, stored under key, for owner at revision
+// rev, created now (Unix nanoseconds), and returns the new record: the
+// write of ReplaceAddressAt and of ReplaceRecords.
+func replace(tx *bbolt.Tx, cur ipaddress.IPAddress, key []byte, owner ipaddress.ParentRef, now, rev int64) (ipaddress.IPAddress, error) {
+	if err := deleteOwnerEntry(tx, cur, key); err != nil {
+		return ipaddress.IPAddress{}, err
+	}
+	v := addrValue{parent: owner, created: now, rev: rev}
+	if err := tx.Bucket(bucketAddrs).Put(key, appendAddrValue(nil, v)); err != nil {
+		return ipaddress.IPAddress{}, fmt.Errorf("bolt: storing address %s: %w", cur.Addr, err)
+	}
+	if err := tx.Bucket(bucketOwners).Put(appendOwnerKey(nil, owner, cur.Addr), nil); err != nil {
+		return ipaddress.IPAddress{}, fmt.Errorf("bolt: indexing address %s: %w", cur.Addr, err)
+	}
+	return v.record(cur.Addr), nil
 }
 
 // GetAddress implements store.Store.

@@ -23,12 +23,21 @@ import (
 // allocator's batches would, and counts the writes it takes.
 type batching struct {
 	*bolt.Store
-	then    func()
-	most    int
-	batches int // DeleteRecords calls that deleted
-	creates int // CreateAddresses calls that created more than one record
+	then     func()
+	most     int
+	deletes  int // DeleteRecords calls that deleted
+	creates  int // CreateAddresses calls that created more than one record
+	replaces int // ReplaceRecords calls that replaced
 	// beforeBatch runs once, before the next create of more than one record.
 	beforeBatch func()
+}
+
+func (s *batching) ReplaceRecords(ctx context.Context, recs []ipaddress.IPAddress, to []ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	out, err := s.Store.ReplaceRecords(ctx, recs, to)
+	if err == nil {
+		s.replaces++
+	}
+	return out, err
 }
 
 func (s *batching) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
@@ -58,7 +67,7 @@ func (s *batching) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress
 	}
 	rev, err := s.Store.DeleteRecords(ctx, recs)
 	if err == nil {
-		s.batches++
+		s.deletes++
 	}
 	return rev, err
 }
@@ -98,8 +107,8 @@ func TestReleaseOwnerInOneWriteLeavesAnAddressReallocatedSinceItsListing(t *test
 	}
 
 	released, err := a.ReleaseOwner(ctx, old)
-	if err != nil || !slices.Equal(released, held) || st.batches != 1 {
-		t.Fatalf("ReleaseOwner(old) = %v, %v in %d batches; want %v in one", released, err, st.batches, held)
+	if err != nil || !slices.Equal(released, held) || st.deletes != 1 {
+		t.Fatalf("ReleaseOwner(old) = %v, %v in %d batches; want %v in one", released, err, st.deletes, held)
 	}
 
 	for _, addr := range held {
@@ -116,10 +125,10 @@ func TestReleaseOwnerInOneWriteLeavesAnAddressReallocatedSinceItsListing(t *test
 			t.Error(err)
 		}
 	}
-	st.batches = 0
+	st.deletes = 0
 	released, err = a.ReleaseOwner(ctx, old)
-	if want := []netip.Addr{held[0], held[2]}; err != nil || !slices.Equal(released, want) || st.batches != 0 {
-		t.Fatalf("ReleaseOwner(old), %s given to web after the listing = %v, %v in %d batches; want %v, one by one", moved, released, err, st.batches, want)
+	if want := []netip.Addr{held[0], held[2]}; err != nil || !slices.Equal(released, want) || st.deletes != 0 {
+		t.Fatalf("ReleaseOwner(old), %s given to web after the listing = %v, %v in %d batches; want %v, one by one", moved, released, err, st.deletes, want)
 	}
 	if rec, err := a.Get(ctx, moved); err != nil || rec.Parent != web {
 		t.Fatalf("%s, given to web after the listing: %+v, %v", moved, rec, err)
@@ -182,8 +191,8 @@ func TestReleaseRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 			t.Errorf("%s of %s: %v, want it released", recs[i].Addr, recs[i].Parent, err)
 		}
 	}
-	if st.batches != 2 {
-		t.Errorf("ReleaseRecords of 150 records, one changed, wrote %d batches; want 2 (the first and the third), the second one by one", st.batches)
+	if st.deletes != 2 {
+		t.Errorf("ReleaseRecords of 150 records, one changed, wrote %d batches; want 2 (the first and the third), the second one by one", st.deletes)
 	}
 	if rec, err := a.Get(ctx, moved.Addr); err != nil || rec.Parent != now.Parent || rec.Revision != now.Revision {
 		t.Errorf("%s: %+v, %v; want it web's, as allocated after the listing: %+v", moved.Addr, rec, err, now)
@@ -206,9 +215,9 @@ func TestReleaseRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	if err := a.DeleteCIDR(ctx, "old"); !errors.Is(err, allocator.ErrDeletionBlocked) {
 		t.Fatalf("DeleteCIDR(old) holding two addresses: %v, want ErrDeletionBlocked", err)
 	}
-	st.batches = 0
-	if errs := a.ReleaseRecords(ctx, dying); errs[0] != nil || errs[1] != nil || st.batches != 1 {
-		t.Fatalf("ReleaseRecords of old's two records = %v in %d batches; want both released in one", errs, st.batches)
+	st.deletes = 0
+	if errs := a.ReleaseRecords(ctx, dying); errs[0] != nil || errs[1] != nil || st.deletes != 1 {
+		t.Fatalf("ReleaseRecords of old's two records = %v in %d batches; want both released in one", errs, st.deletes)
 	}
 	if c, err := st.GetCIDR(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("CIDR old after its last addresses were released in a batch: %+v, %v; want it removed", c, err)
@@ -310,5 +319,49 @@ func TestRepairWritesNoRecordIntoACIDRRemovedAfterItsBatchWasChosen(t *testing.T
 	}
 	if recs, err := st.ListAddresses(ctx); err != nil || len(recs) != 0 {
 		t.Errorf("the store holds %+v, %v; want no record, none inside a CIDR", recs, err)
+	}
+}
+
+// ReplaceRecords over a store.RecordsReplacer gives records of many owners
+// to new owners 64 in one write. A record changed after the listing sends
+// only its own batch one by one, where it is ErrConflict and stays as it is
+// now (uniqueness); the others go to their new owners all the same.
+func TestReplaceRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
+	ctx := ctxT(t)
+	st, a := batchingAllocator(t)
+	var recs []ipaddress.IPAddress
+	var to []ipaddress.ParentRef
+	for i := range 150 {
+		rec, err := a.Allocate(ctx, netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)}), svc("default", "old-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+		to = append(to, svc("default", "new-"+strconv.Itoa(i)))
+	}
+	moved := recs[70] // of the second batch
+	if err := a.Release(ctx, moved.Addr); err != nil {
+		t.Fatal(err)
+	}
+	now, err := a.Allocate(ctx, moved.Addr, svc("default", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	errs := a.ReplaceRecords(ctx, recs, to)
+	for i, err := range errs {
+		rec, gerr := a.Get(ctx, recs[i].Addr)
+		if i == 70 {
+			if !errors.Is(err, store.ErrConflict) || gerr != nil || rec.Parent != now.Parent || rec.Revision != now.Revision {
+				t.Errorf("%s, given to web after the listing: %v, now %+v (%v); want ErrConflict, and web's record as it was", moved.Addr, err, rec, gerr)
+			}
+			continue
+		}
+		if err != nil || gerr != nil || rec.Parent != to[i] {
+			t.Errorf("%s of %s: %v, now %+v (%v); want it %s's", recs[i].Addr, recs[i].Parent, err, rec, gerr, to[i])
+		}
+	}
+	if st.replaces != 2 {
+		t.Errorf("ReplaceRecords of 150 records, one changed, wrote %d batches; want 2 (the first and the third), the second one by one", st.replaces)
 	}
 }

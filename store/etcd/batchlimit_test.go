@@ -81,7 +81,8 @@ func batchTooLarge(t *testing.T, what string, err error, n int) {
 
 // A batch whose records each fit etcd's defaults but together pass its
 // request limit is refused, typed, with nothing written; split, it goes in.
-// So is a deletion of them all in one batch (DeleteRecords).
+// So are a deletion of them all in one batch (DeleteRecords) and a
+// hand-over of them all to owners as long (ReplaceRecords).
 func TestABatchOfLongOwnersPastEtcdsRequestLimitIsInvalidAndWritesNothing(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	c := startCluster(t, 1)
@@ -135,6 +136,21 @@ func TestABatchOfLongOwnersPastEtcdsRequestLimitIsInvalidAndWritesNothing(t *tes
 	}
 	if again, err := s.AddressesOf(ctx, longest); err != nil || len(again) != MaxBatch {
 		t.Errorf("after the refused deletion: %d records, %v; want %d", len(again), err, MaxBatch)
+	}
+	// Their hand-over in one batch to owners as long compares and writes
+	// every value: too large too.
+	heirs := make([]ipaddress.ParentRef, len(held))
+	for i := range heirs {
+		heirs[i] = longest
+		heirs[i].Name = strings.Repeat("m", len(longest.Name))
+	}
+	_, err = s.ReplaceRecords(ctx, held, heirs)
+	batchTooLarge(t, "a hand-over of the longest owners' records", err, MaxBatch)
+	if errors.Is(err, store.ErrOutcomeUnknown) {
+		t.Errorf("%v: a refusal before proposing is not ErrOutcomeUnknown", err)
+	}
+	if again, err := s.AddressesOf(ctx, longest); err != nil || len(again) != MaxBatch {
+		t.Errorf("after the refused hand-over: %d records, %v; want %d", len(again), err, MaxBatch)
 	}
 	if _, err := s.DeleteRecords(ctx, held[:MaxBatch/2]); err != nil {
 		t.Errorf("a deletion of half of them: %v", err)

@@ -323,6 +323,19 @@ func BenchmarkRepairLostRecordsOverEtcd(b *testing.B) {
 	stress.RepairLostRecords(b, benchAllocator(b, c.newClient(b), "/bench-repair", "10.0.0.0/16"), 1000)
 }
 
+// BenchmarkRepairHandOversOverEtcd is a repair pass that gives 1,000
+// records of owners gone to the consumers holding their addresses, over
+// etcd, one embedded member with fsync on (stress.RepairHandOvers).
+//
+//	go test -run '^$' -bench RepairHandOversOverEtcd -benchtime 5x ./store/etcd/
+func BenchmarkRepairHandOversOverEtcd(b *testing.B) {
+	c := startCluster(b, 1)
+	cli := c.newClient(b)
+	stress.RepairHandOvers(b, func(i int) *allocator.Allocator {
+		return benchAllocator(b, cli, fmt.Sprintf("/bench-handover-%d", i), "10.0.0.0/16")
+	}, 1000)
+}
+
 // benchAllocator returns an allocator over a store under prefix holding one
 // CIDR, "bench", of cidr; both are closed when b ends.
 func benchAllocator(b *testing.B, cli *clientv3.Client, prefix, cidr string) *allocator.Allocator {

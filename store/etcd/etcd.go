@@ -1119,6 +1119,60 @@ func (s *Store) DeleteRecords(ctx context.Context, recs []ipaddress.IPAddress) (
 	return resp.Header.Revision, nil
 }
 
+// ReplaceRecords implements store.RecordsReplacer: one transaction, which
+// compares each record's key with its revision and its value with the one
+// this store writes for the record (as DeleteRecords does), and rewrites
+// them all for their new owners, as ReplaceAddressAt writes a record. A
+// record ReplaceAddressAt or this call wrote, or one of layout 1, never
+// matches: ErrConflict, and ReplaceAddressAt replaces those. At most
+// MaxBatch records.
+func (s *Store) ReplaceRecords(ctx context.Context, recs []ipaddress.IPAddress, to []ipaddress.ParentRef) ([]ipaddress.IPAddress, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if len(recs) > MaxBatch {
+		return nil, &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: fmt.Sprintf("at most %d records replaced in one batch of the etcd store", MaxBatch)}
+	}
+	if err := store.CheckReplacements(recs, to); err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	created := time.Unix(0, s.now().UnixNano())
+	out := make([]ipaddress.IPAddress, len(recs))
+	cmps := make([]clientv3.Cmp, 0, 2*len(recs))
+	puts := make([]clientv3.Op, 0, len(recs))
+	for i, r := range recs {
+		if err := noRecord(r.Addr); err != nil {
+			return nil, fmt.Errorf("address %q is no record's: %w", r.Addr, store.ErrConflict)
+		}
+		key := s.addrKey(r.Addr)
+		out[i] = ipaddress.IPAddress{Addr: r.Addr, Parent: to[i], Created: created}
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision),
+			clientv3.Compare(clientv3.Value(key), "=", string(encodeRecord(r))))
+		puts = append(puts, clientv3.OpPut(key, string(encodeRecordVersion(out[i], replacedRecordVersion))))
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+	if err != nil {
+		if tooLargeForOneTxn(err) {
+			// The compares and puts carry the records' values.
+			err = fmt.Errorf("%w: %w", &ipaddress.FieldError{Field: "records", Value: strconv.Itoa(len(recs)), Detail: "more than this etcd takes in one transaction"}, err)
+			return nil, s.wrap("replace records", err)
+		}
+		return nil, s.wrapWrite("replace records", err)
+	}
+	if !resp.Succeeded {
+		return nil, fmt.Errorf("replacing %d records: one or more changed since they were read: %w", len(recs), store.ErrConflict)
+	}
+	for i := range out {
+		out[i].Revision = resp.Header.Revision
+	}
+	return out, nil
+}
+
 // ReplaceAddressAt implements store.Store: one transaction, conditional on
 // the key's ModRevision, rewrites the record's value (and deletes the owner
 // key of a layout-1 record). The key is never absent between the two

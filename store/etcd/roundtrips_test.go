@@ -356,3 +356,42 @@ func TestRepairOverEtcdRestoresLostRecordsInBatches(t *testing.T) {
 		t.Errorf("%s, taken by web after the listing: %+v, %v; want web's record %+v", taken, rec, err, web)
 	}
 }
+
+// SPEC §6 over etcd: a repair pass hands records whose owners are gone to
+// the consumers holding their addresses 64 in one transaction
+// (allocator.ReplaceRecords), where each alone takes a read and a
+// transaction. Records written by a hand-over never match that
+// transaction (etcd.Store.ReplaceRecords): a second pass handing them on
+// again does it one by one, to the same end.
+func TestRepairOverEtcdHandsOverInBatches(t *testing.T) {
+	ctx, _, a, calls := countedAllocator(t)
+	consumers := func(prefix string) []repair.Consumer {
+		var cs []repair.Consumer
+		for i := range 100 {
+			cs = append(cs, repair.Consumer{Ref: pod(fmt.Sprint(prefix, i)), Addrs: []string{fmt.Sprintf("10.0.0.%d", 1+i)}})
+		}
+		return cs
+	}
+	for i, c := range consumers("gone-") {
+		if _, err := a.Allocate(ctx, netip.MustParseAddr(c.Addrs[0]), c.Ref); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	for round, prefix := range []string{"c-", "d-"} {
+		cs := consumers(prefix)
+		r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(cs...), LeakGrace: -1}
+		calls.reset()
+		rep, err := r.Run(ctx)
+		if err != nil || rep.Count(repair.Leak) != 100 || rep.Count(repair.Repaired) != 100 || len(rep.Events) != 200 {
+			t.Fatalf("pass %d over 100 records of owners gone: %d leaks, %d repaired, events %v, %v; want 100 handed over", round, rep.Count(repair.Leak), rep.Count(repair.Repaired), rep.Events, err)
+		}
+		if tx := calls.of(kvTxn); round == 0 && tx != 2 {
+			t.Errorf("a pass handing over 100 records made %d transactions; want 2, of 64 and 36", tx)
+		}
+		for _, c := range cs {
+			if rec, err := a.Get(ctx, netip.MustParseAddr(c.Addrs[0])); err != nil || rec.Parent != c.Ref {
+				t.Errorf("pass %d: %s: %+v, %v; want it %s's", round, c.Addrs[0], rec, err, c.Ref)
+			}
+		}
+	}
+}

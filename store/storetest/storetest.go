@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"OwnerIndexTakesAnyOwner", testOwnerIndexTakesAnyOwner},
 		{"OwnerIndexSinceARevision", testOwnerIndexSince},
 		{"RecordsDeleteIsAllOrNothing", testDeleteRecords},
+		{"RecordsReplaceIsAllOrNothing", testReplaceRecords},
 		{"RevisionsStrictlyIncrease", testRevisions},
 		{"WatchResetThenEveryChangeInOrder", testWatch},
 		{"WatchStopsWithContext", testWatchStops},
@@ -719,21 +720,7 @@ func testDeleteRecords(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed := func(f func(*ipaddress.IPAddress)) ipaddress.IPAddress {
-		r := recs[2]
-		f(&r)
-		return r
-	}
-	for _, tc := range []struct {
-		what string
-		rec  ipaddress.IPAddress
-	}{
-		{"another owner", changed(func(r *ipaddress.IPAddress) { r.Parent = owner("c") })},
-		{"another revision", changed(func(r *ipaddress.IPAddress) { r.Revision++ })},
-		{"another creation time", changed(func(r *ipaddress.IPAddress) { r.Created = r.Created.Add(time.Second) })},
-		{"an address held by another", changed(func(r *ipaddress.IPAddress) { *r = b; r.Parent = owner("a") })},
-		{"an address no record has", changed(func(r *ipaddress.IPAddress) { r.Addr = ip("10.0.0.9") })},
-	} {
+	for _, tc := range notAsHeld(recs[2], b) {
 		if _, err := d.DeleteRecords(ctx, []ipaddress.IPAddress{recs[0], recs[1], tc.rec}); !errors.Is(err, store.ErrConflict) {
 			t.Errorf("DeleteRecords with %s: %v; want ErrConflict", tc.what, err)
 		}
@@ -760,6 +747,107 @@ func testDeleteRecords(t *testing.T, s store.Store) {
 	// Gone: a batch again is refused.
 	if _, err := d.DeleteRecords(ctx, recs[:1]); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("DeleteRecords of a record deleted: %v; want ErrConflict", err)
+	}
+}
+
+// staleRecord is a record as a caller may give it that the store does not
+// hold so, and what differs.
+type staleRecord struct {
+	what string
+	rec  ipaddress.IPAddress
+}
+
+// notAsHeld returns rec, of owner a, changed in each way that makes it no
+// longer the record the store holds; b is another owner's record.
+func notAsHeld(rec, b ipaddress.IPAddress) []staleRecord {
+	changed := func(f func(*ipaddress.IPAddress)) ipaddress.IPAddress {
+		r := rec
+		f(&r)
+		return r
+	}
+	return []staleRecord{
+		{"another owner", changed(func(r *ipaddress.IPAddress) { r.Parent = owner("c") })},
+		{"another revision", changed(func(r *ipaddress.IPAddress) { r.Revision++ })},
+		{"another creation time", changed(func(r *ipaddress.IPAddress) { r.Created = r.Created.Add(time.Second) })},
+		{"an address held by another", changed(func(r *ipaddress.IPAddress) { *r = b; r.Parent = owner("a") })},
+		{"an address no record has", changed(func(r *ipaddress.IPAddress) { r.Addr = ip("10.0.0.9") })},
+	}
+}
+
+// testReplaceRecords checks a store.RecordsReplacer store's
+// ReplaceRecords: records as an owner lookup returned them go to their new
+// owners in one revision, watched as puts of it, each with a new creation
+// time, and their addresses are never free; a batch with any record
+// replaced, gone, or given with another owner, revision or creation time
+// replaces none (ErrConflict); an address twice, owners and records of
+// different counts, and an owner the store cannot hold are invalid; no
+// records is no write. Stores that do not implement it pass.
+func testReplaceRecords(t *testing.T, s store.Store) {
+	rp, ok := s.(store.RecordsReplacer)
+	if !ok {
+		return
+	}
+	ctx := ctxT(t)
+	for _, a := range []string{"10.0.0.1", "10.0.0.2", "fd00::1"} {
+		mustAddr(t, s, a, "a")
+	}
+	b := mustAddr(t, s, "10.0.0.3", "b")
+	recs, err := s.AddressesOf(ctx, owner("a"))
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("AddressesOf(a) = %+v, %v; want three records", recs, err)
+	}
+	slices.SortFunc(recs, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	to := []ipaddress.ParentRef{owner("c"), owner("c"), owner("d")}
+	if got, err := rp.ReplaceRecords(ctx, nil, nil); len(got) != 0 || err != nil {
+		t.Errorf("ReplaceRecords(none) = %+v, %v; want nothing, nil", got, err)
+	}
+	for _, tc := range []struct {
+		what string
+		recs []ipaddress.IPAddress
+		to   []ipaddress.ParentRef
+	}{
+		{"an address twice", []ipaddress.IPAddress{recs[0], recs[1], recs[0]}, to},
+		{"fewer owners than records", recs, to[:2]},
+		{"an owner too long to store", recs, []ipaddress.ParentRef{owner("c"), owner("c"), owner(strings.Repeat("n", store.MaxOwnerLen))}},
+	} {
+		if _, err := rp.ReplaceRecords(ctx, tc.recs, tc.to); !errors.Is(err, ipaddress.ErrInvalid) {
+			t.Errorf("ReplaceRecords with %s: %v; want ErrInvalid", tc.what, err)
+		}
+	}
+	for _, tc := range notAsHeld(recs[2], b) {
+		if _, err := rp.ReplaceRecords(ctx, []ipaddress.IPAddress{recs[0], recs[1], tc.rec}, to); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("ReplaceRecords with %s: %v; want ErrConflict", tc.what, err)
+		}
+		if got, err := s.AddressesOf(ctx, owner("a")); err != nil || !sameRecords(got, recs) {
+			t.Fatalf("ReplaceRecords with %s left %+v, %v; want every record of a", tc.what, got, err)
+		}
+	}
+	r := watch(t, ctx, s)
+	got, err := rp.ReplaceRecords(ctx, recs, to)
+	if err != nil || len(got) != len(recs) {
+		t.Fatalf("ReplaceRecords(a's records) = %+v, %v", got, err)
+	}
+	for i, rec := range got {
+		if rec.Addr != recs[i].Addr || rec.Parent != to[i] || rec.Revision <= recs[2].Revision || rec.Revision != got[0].Revision || rec.Created.IsZero() {
+			t.Errorf("ReplaceRecords gave %s as %+v; want it %s's, at one new revision", recs[i].Addr, rec, to[i])
+		}
+		if held, err := s.GetAddress(ctx, rec.Addr); err != nil || !sameRecord(held, rec) {
+			t.Errorf("GetAddress(%s) after ReplaceRecords = %+v, %v; want %+v", rec.Addr, held, err, rec)
+		}
+	}
+	for o, n := range map[string]int{"a": 0, "c": 2, "d": 1} {
+		if recs, err := s.AddressesOf(ctx, owner(o)); err != nil || len(recs) != n {
+			t.Errorf("AddressesOf(%s) after ReplaceRecords = %+v, %v; want %d records", o, recs, err, n)
+		}
+	}
+	for _, e := range r.waitEvents(t, 3) {
+		if e.Kind != store.AddressPut || e.Revision != got[0].Revision {
+			t.Errorf("after ReplaceRecords at %d, watched %+v; want the puts of that revision", got[0].Revision, e)
+		}
+	}
+	// Replaced: a batch of the records as they were is refused.
+	if _, err := rp.ReplaceRecords(ctx, recs[:1], to[:1]); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ReplaceRecords of a record replaced: %v; want ErrConflict", err)
 	}
 }
 
