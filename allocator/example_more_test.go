@@ -316,3 +316,26 @@ func ExampleAllocator_RestoreRecords() {
 	// 10.96.0.10 other provided IP is already allocated
 	// 10.97.0.1 elsewhere the provided IP (10.97.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/24
 }
+
+// A record whose owner is gone is given to the consumer that holds its
+// address, in one write: no other allocation can take the address in
+// between, as it could between a release and an allocation.
+func ExampleAllocator_ReplaceRecords() {
+	ctx := context.Background()
+	a, _ := allocator.New(ctx, memory.New())
+	defer a.Close()
+	a.CreateCIDR(ctx, "services", netip.MustParsePrefix("10.96.0.0/24"))
+	a.Allocate(ctx, netip.MustParseAddr("10.96.0.10"), svc("dns-old"))
+
+	recs, _ := a.AddressesOf(ctx, svc("dns-old"))
+	errs := a.ReplaceRecords(ctx, recs, []ipaddress.ParentRef{svc("dns")})
+	now, _ := a.Get(ctx, recs[0].Addr)
+	fmt.Println(errs[0], now.Addr, now.Parent.Name)
+
+	// The record as listed is gone: a second hand-over of it is refused.
+	errs = a.ReplaceRecords(ctx, recs, []ipaddress.ParentRef{svc("other")})
+	fmt.Println(errors.Is(errs[0], allocator.ErrConflict))
+	// Output:
+	// <nil> 10.96.0.10 dns
+	// true
+}
