@@ -1619,12 +1619,8 @@ func (a *Allocator) ReleaseRecords(ctx context.Context, recs []ipaddress.IPAddre
 // revision given.
 func (a *Allocator) ReplaceRecords(ctx context.Context, recs []ipaddress.IPAddress, to []ipaddress.ParentRef) []error {
 	if len(to) != len(recs) {
-		errs := make([]error, len(recs))
 		mismatch := &ipaddress.FieldError{Field: "owners", Detail: "one owner for each record"}
-		for i := range errs {
-			errs[i] = mismatch
-		}
-		return errs
+		return a.writeRecords(ctx, len(recs), nil, func(int) error { return mismatch })
 	}
 	var batched func(todo []int, errs []error) []int
 	if rp, ok := a.st.(store.RecordsReplacer); ok {
@@ -1662,11 +1658,12 @@ func (a *Allocator) replaceRecords(ctx context.Context, rp store.RecordsReplacer
 	})
 }
 
-// writeRecords is the frame of ReleaseRecords and RestoreRecords: it
-// returns the outcomes of n records, each ErrClosed on a closed
-// allocator. Otherwise batched, if the store writes several records at
-// once, writes what it can, setting their outcomes, and returns the
-// indexes it left; one writes those one by one while ctx lasts.
+// writeRecords is the frame of ReleaseRecords, ReplaceRecords and
+// RestoreRecords: it returns the outcomes of n records, each ErrClosed on
+// a closed allocator. Otherwise batched, if the store writes several
+// records at once, writes what it can, setting their outcomes, and
+// returns the indexes it left; one writes those one by one while ctx
+// lasts.
 func (a *Allocator) writeRecords(ctx context.Context, n int, batched func(todo []int, errs []error) (left []int), one func(i int) error) []error {
 	errs := make([]error, n)
 	if err := a.checkOpen(); err != nil {
@@ -1692,8 +1689,8 @@ func (a *Allocator) writeRecords(ctx context.Context, n int, batched func(todo [
 	return errs
 }
 
-// writeBatch is how many records ReleaseRecords and RestoreRecords write
-// in one store call: store/etcd's MaxBatch.
+// writeBatch is how many records ReleaseRecords, ReplaceRecords and
+// RestoreRecords write in one store call: store/etcd's MaxBatch.
 const writeBatch = 64
 
 // deleteRecords deletes the records of recs at the indexes of todo through
