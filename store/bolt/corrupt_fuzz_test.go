@@ -56,11 +56,12 @@ func ownerKeysOf(dump map[string]string, a []byte) []string {
 // FuzzCorruptAddressValue: whatever bytes the value of one address record
 // holds (damage, or a sound encoding that disagrees with the owner index),
 // ListAddresses returns the other record, and that one or a
-// *store.SkippedError naming it; a write to that address either fails, with an error matching
-// store.ErrCorrupt, and changes nothing in the file; or succeeds and leaves
-// no trace of the old record: no owner-index entry of the address but the
-// new owner's, and every other key and value as it was (but the store
-// revision).
+// *store.SkippedError naming it; a write to that address (a delete or a
+// hand-over, alone or as a batch of the record read: DeleteRecords,
+// ReplaceRecords) either fails, with an error matching store.ErrCorrupt,
+// and changes nothing in the file; or succeeds and leaves no trace of the
+// old record: no owner-index entry of the address but the new owner's, and
+// every other key and value as it was (but the store revision).
 func FuzzCorruptAddressValue(f *testing.F) {
 	// Sound values to start from: that of 10.0.0.7 as written, and that of
 	// a record of another owner (a value that decodes, but disagrees with
@@ -84,13 +85,15 @@ func FuzzCorruptAddressValue(f *testing.F) {
 	dump := rawDump(f, scratch)
 	for _, a := range []string{"10.0.0.7", "10.0.0.9", "10.0.0.10"} {
 		v := []byte(dump["addrs\x00"+string(addrKey(ip(a)))])
-		f.Add(v, false)
-		f.Add(v, true)
+		for _, batch := range []bool{false, true} {
+			f.Add(v, false, batch)
+			f.Add(v, true, batch)
+		}
 	}
-	f.Add([]byte{}, false)
-	f.Add([]byte{1, 0x80}, true)
+	f.Add([]byte{}, false, false)
+	f.Add([]byte{1, 0x80}, true, true)
 
-	f.Fuzz(func(t *testing.T, val []byte, replace bool) {
+	f.Fuzz(func(t *testing.T, val []byte, replace, batch bool) {
 		ctx := ctxT(t)
 		path := tempPath(t)
 		st, err := bolt.Open(path)
@@ -127,13 +130,17 @@ func FuzzCorruptAddressValue(f *testing.F) {
 		newOwner := svc("default", "new")
 		rec, gerr := st.GetAddress(ctx, ip("10.0.0.7"))
 		switch {
-		case !replace:
+		case !replace && !batch:
 			_, _, err = st.DeleteAddress(ctx, ip("10.0.0.7"))
-		case gerr == nil:
+		case gerr != nil:
+			err = gerr
+		case !replace:
+			_, err = st.DeleteRecords(ctx, []ipaddress.IPAddress{rec})
+		case batch:
+			_, err = st.ReplaceRecords(ctx, []ipaddress.IPAddress{rec}, []ipaddress.ParentRef{newOwner})
+		default:
 			rec.Parent = newOwner
 			_, err = st.ReplaceAddressAt(ctx, rec, rec.Revision)
-		default:
-			err = gerr
 		}
 		if cerr := st.Close(); cerr != nil {
 			t.Fatal(cerr)
@@ -151,9 +158,9 @@ func FuzzCorruptAddressValue(f *testing.F) {
 		owners := ownerKeysOf(after, key7)
 		switch {
 		case !replace && len(owners) != 0:
-			t.Fatalf("value %x: DeleteAddress succeeded and left the owner-index entries %q", val, owners)
+			t.Fatalf("value %x (batch %v): a delete succeeded and left the owner-index entries %q", val, batch, owners)
 		case replace && (len(owners) != 1 || owners[0] != "owners\x00"+string(ownerKey(newOwner, key7))):
-			t.Fatalf("value %x: ReplaceAddressAt succeeded and left the owner-index entries %q", val, owners)
+			t.Fatalf("value %x (batch %v): a hand-over succeeded and left the owner-index entries %q", val, batch, owners)
 		}
 		for k, v := range before {
 			if k == "meta\x00revision" || k == "addrs\x00"+string(key7) || bytes.HasSuffix([]byte(k), key7) {

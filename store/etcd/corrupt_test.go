@@ -52,6 +52,23 @@ func TestCorruptValues(t *testing.T) {
 	checkCorrupt(t, err, addrKey)
 	_, _, err = s.DeleteAddress(ctx, badAddr)
 	checkCorrupt(t, err, addrKey)
+	// The batches compare a record's value with the bytes the store would
+	// write for it, not only its revision: a record given at the corrupt
+	// key's revision matches nothing, and the value stays as it is.
+	resp, err := cli.Get(ctx, addrKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := ipaddress.IPAddress{Addr: badAddr, Parent: owner, Revision: resp.Kvs[0].ModRevision}
+	if _, err := s.DeleteRecords(ctx, []ipaddress.IPAddress{given}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("DeleteRecords of a record at the corrupt key's revision: %v, want ErrConflict", err)
+	}
+	if _, err := s.ReplaceRecords(ctx, []ipaddress.IPAddress{given}, []ipaddress.ParentRef{owner}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ReplaceRecords of a record at the corrupt key's revision: %v, want ErrConflict", err)
+	}
+	if after, err := cli.Get(ctx, addrKey); err != nil || len(after.Kvs) != 1 || string(after.Kvs[0].Value) != `{"v":99}` || after.Kvs[0].ModRevision != given.Revision {
+		t.Fatalf("the corrupt value after the batches: %+v, %v; want it as it was", after, err)
+	}
 	_, err = s.ListAddresses(ctx)
 	checkCorrupt(t, err, addrKey)
 	_, err = s.AddressesOf(ctx, owner)
