@@ -1856,7 +1856,8 @@ func (a *Allocator) AddressesOf(ctx context.Context, owner ipaddress.ParentRef) 
 // AddressesOf returns a *store.SkippedError, the records it returned are
 // released all the same, and that error is returned with them (it matches
 // store.ErrCorrupt), since a record it names may be owner's and is still
-// held. A release that fails ends the call with its own error instead.
+// held. When a release fails too, the call returns that failure's error
+// instead.
 //
 // An owner Allocate would refuse is refused as AddressesOf refuses it, and
 // nothing is released: a record written past the allocator for such an
