@@ -20,13 +20,7 @@ import (
 func TestReleaseRecordsFreesOnlyRecordsStillHeldAsListed(t *testing.T) {
 	ctx := context.Background()
 	a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24"})
-	for _, addr := range []string{"10.96.0.5", "10.96.0.6", "10.96.0.7", "10.96.0.8"} {
-		mustStatic(t, a, addr, "old")
-	}
-	listed, err := a.AddressesOf(ctx, svc("old"))
-	if err != nil || len(listed) != 4 {
-		t.Fatalf("AddressesOf(old) = %+v, %v", listed, err)
-	}
+	listed := heldByOld(t, a)
 	gone, moved := ip("10.96.0.6"), ip("10.96.0.7")
 	if err := a.Release(ctx, gone); err != nil {
 		t.Fatal(err)
@@ -212,14 +206,7 @@ func TestRestoreRecordsGivesEachRecordRestoresOutcome(t *testing.T) {
 func TestReplaceRecordsGivesOnlyRecordsStillHeldAsListed(t *testing.T) {
 	ctx := context.Background()
 	a, st := newAllocator(t, []string{"kubernetes=10.96.0.0/24"})
-	for _, addr := range []string{"10.96.0.5", "10.96.0.6", "10.96.0.7", "10.96.0.8"} {
-		mustStatic(t, a, addr, "old")
-	}
-	listed, err := a.AddressesOf(ctx, svc("old"))
-	if err != nil || len(listed) != 4 {
-		t.Fatalf("AddressesOf(old) = %+v, %v", listed, err)
-	}
-	slices.SortFunc(listed, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	listed := heldByOld(t, a)
 	for _, errs := range [][]error{
 		a.ReplaceRecords(ctx, listed, []ipaddress.ParentRef{svc("new")}),
 		a.ReplaceRecords(ctx, listed[:1], nil),
@@ -253,4 +240,19 @@ func TestReplaceRecordsGivesOnlyRecordsStillHeldAsListed(t *testing.T) {
 	if _, err := st.GetAddress(ctx, listed[1].Addr); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("%s, released before ReplaceRecords: %v, want it free", listed[1].Addr, err)
 	}
+}
+
+// heldByOld allocates 10.96.0.5-8 to services/default/old and returns its
+// records as AddressesOf lists them, in address order.
+func heldByOld(t *testing.T, a *allocator.Allocator) []ipaddress.IPAddress {
+	t.Helper()
+	for _, addr := range []string{"10.96.0.5", "10.96.0.6", "10.96.0.7", "10.96.0.8"} {
+		mustStatic(t, a, addr, "old")
+	}
+	listed, err := a.AddressesOf(context.Background(), svc("old"))
+	if err != nil || len(listed) != 4 {
+		t.Fatalf("AddressesOf(old) = %+v, %v", listed, err)
+	}
+	slices.SortFunc(listed, func(x, y ipaddress.IPAddress) int { return x.Addr.Compare(y.Addr) })
+	return listed
 }

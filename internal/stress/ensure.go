@@ -32,21 +32,7 @@ func EnsureNextAgrees(t *testing.T, trials, callersPerOwner int, open func(trial
 	fams := []ipaddress.Family{ipaddress.IPv4, ipaddress.IPv6}
 	for trial := range trials {
 		st1, st2, done := open(trial)
-		a1, err := allocator.New(ctx, st1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a2, err := allocator.New(ctx, st2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a1.CreateCIDR(ctx, "pods", netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a2.WaitRevision(ctx, c.Revision); err != nil {
-			t.Fatal(err)
-		}
+		a1, a2 := allocatorPair(ctx, t, st1, st2, "pods", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/120")})
 		type key struct {
 			owner ipaddress.ParentRef
 			fam   ipaddress.Family

@@ -32,17 +32,7 @@ func RepairHandOver(t *testing.T, trials int, open func(trial int) (st1, st2 sto
 	lost := 0
 	for trial := range trials {
 		st1, st2, done := open(trial)
-		a1, err := allocator.New(ctx, st1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a2, err := allocator.New(ctx, st2, allocator.WithStrategy(allocator.Sequential()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a1.CreateCIDR(ctx, "kubernetes", netip.MustParsePrefix("10.0.0.0/29")); err != nil {
-			t.Fatal(err)
-		}
+		a1, a2 := allocatorPair(ctx, t, st1, st2, "kubernetes", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/29")}, allocator.WithStrategy(allocator.Sequential()))
 		// .2-.6 held by their consumers; .1 held by a, recorded for b.
 		consumers := []repair.Consumer{{Ref: svc("a"), Addrs: []string{"10.0.0.1"}}, {Ref: svc("b")}}
 		for i := 2; i <= 6; i++ {

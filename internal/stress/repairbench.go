@@ -27,7 +27,7 @@ func RepairLeaks(b *testing.B, a *allocator.Allocator, n int) {
 	for range b.N {
 		b.StopTimer()
 		for batch := range slices.Chunk(recs, 64) {
-			if _, err := a.Store().CreateAddresses(ctx, batch); err != nil {
+			if _, err := a.Store().CreateAddresses(ctx, slices.Clone(batch)); err != nil {
 				b.Fatal(err)
 			}
 		}

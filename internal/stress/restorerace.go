@@ -34,21 +34,7 @@ func RepairRestoreRace(t *testing.T, trials int, open func(trial int) (st1, st2 
 	const held = 40
 	for trial := range trials {
 		st1, st2, done := open(trial)
-		a1, err := allocator.New(ctx, st1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a2, err := allocator.New(ctx, st2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a1.CreateCIDR(ctx, "c", netip.MustParsePrefix("10.0.0.0/26"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a2.WaitRevision(ctx, c.Revision); err != nil {
-			t.Fatal(err)
-		}
+		a1, a2 := allocatorPair(ctx, t, st1, st2, "c", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/26")})
 		consumers := make([]repair.Consumer, held)
 		owner := map[netip.Addr]ipaddress.ParentRef{}
 		for i := range consumers {

@@ -161,23 +161,9 @@ func TestReleaseRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	if _, err := a.CreateCIDR(ctx, "old", netip.MustParsePrefix("10.97.0.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	var recs []ipaddress.IPAddress
-	for i := range 150 {
-		addr := netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)})
-		rec, err := a.Allocate(ctx, addr, svc("default", "p"+strconv.Itoa(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec)
-	}
+	recs := allocateMany(t, a, "p")
 	moved := recs[70] // of the second batch
-	if err := a.Release(ctx, moved.Addr); err != nil {
-		t.Fatal(err)
-	}
-	now, err := a.Allocate(ctx, moved.Addr, svc("default", "web"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	now := giveToWeb(t, a, moved.Addr)
 
 	errs := a.ReleaseRecords(ctx, recs)
 	for i, err := range errs {
@@ -244,7 +230,7 @@ func TestRestoreRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	}
 	var recs []ipaddress.IPAddress
 	for i := range 150 {
-		recs = append(recs, ipaddress.IPAddress{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)}), Parent: svc("default", "p"+strconv.Itoa(i))})
+		recs = append(recs, manyOwners(i, "p"))
 	}
 	dying, outside := len(recs), len(recs)+1
 	recs = append(recs,
@@ -329,24 +315,13 @@ func TestRepairWritesNoRecordIntoACIDRRemovedAfterItsBatchWasChosen(t *testing.T
 func TestReplaceRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	ctx := ctxT(t)
 	st, a := batchingAllocator(t)
-	var recs []ipaddress.IPAddress
+	recs := allocateMany(t, a, "old-")
 	var to []ipaddress.ParentRef
-	for i := range 150 {
-		rec, err := a.Allocate(ctx, netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)}), svc("default", "old-"+strconv.Itoa(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec)
+	for i := range recs {
 		to = append(to, svc("default", "new-"+strconv.Itoa(i)))
 	}
 	moved := recs[70] // of the second batch
-	if err := a.Release(ctx, moved.Addr); err != nil {
-		t.Fatal(err)
-	}
-	now, err := a.Allocate(ctx, moved.Addr, svc("default", "web"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	now := giveToWeb(t, a, moved.Addr)
 
 	errs := a.ReplaceRecords(ctx, recs, to)
 	for i, err := range errs {
@@ -364,4 +339,41 @@ func TestReplaceRecordsOfManyOwnersInBatchesOf64(t *testing.T) {
 	if st.replaces != 2 {
 		t.Errorf("ReplaceRecords of 150 records, one changed, wrote %d batches; want 2 (the first and the third), the second one by one", st.replaces)
 	}
+}
+
+// manyOwners is the i-th record of the batch tests (i < 254): 10.96.0.(i+1),
+// owned by default/(prefix)(i).
+func manyOwners(i int, prefix string) ipaddress.IPAddress {
+	return ipaddress.IPAddress{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(1 + i)}), Parent: svc("default", prefix+strconv.Itoa(i))}
+}
+
+// allocateMany allocates the first 150 records of manyOwners through a,
+// three batches' worth, and returns them.
+func allocateMany(t *testing.T, a *allocator.Allocator, prefix string) []ipaddress.IPAddress {
+	t.Helper()
+	recs := make([]ipaddress.IPAddress, 150)
+	for i := range recs {
+		r := manyOwners(i, prefix)
+		rec, err := a.Allocate(ctxT(t), r.Addr, r.Parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = rec
+	}
+	return recs
+}
+
+// giveToWeb releases addr and allocates it to default/web, as another
+// allocator could between a caller's listing and its write, and returns
+// web's record.
+func giveToWeb(t *testing.T, a *allocator.Allocator, addr netip.Addr) ipaddress.IPAddress {
+	t.Helper()
+	if err := a.Release(ctxT(t), addr); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := a.Allocate(ctxT(t), addr, svc("default", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
