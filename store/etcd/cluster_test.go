@@ -2,8 +2,11 @@ package etcd
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,25 +39,59 @@ type testMember struct {
 }
 
 // freePorts returns n distinct free loopback ports: it holds a listener on
-// each until it has them all, then closes them.
+// each until it has them all, then closes them. Where the kernel says which
+// ports it hands out itself (Linux), they are taken below that range: no
+// outgoing connection's local port and no listener on port 0 lands there,
+// so a member stopped and started again (Restart) finds its ports free,
+// however many clients the other tests open meanwhile.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
+	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
 			_ = l.Close()
 		}
 	}()
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	low := ephemeralLow()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if low > minTestPort {
+			addr = fmt.Sprintf("127.0.0.1:%d", minTestPort+rand.IntN(low-minTestPort))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if addr != "127.0.0.1:0" && tries < 1000 {
+				continue // taken: draw another
+			}
 			t.Fatalf("free port: %v", err)
 		}
 		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// minTestPort is the lowest port freePorts takes below the ephemeral range:
+// clear of the well-known and most registered services' ports.
+const minTestPort = 20000
+
+// ephemeralLow returns the first port of the range the kernel hands out to
+// outgoing connections and port-0 listeners, 0 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
 
 // startCluster starts n members concurrently (each waits for a quorum) and
