@@ -651,7 +651,7 @@ func (p *pass) restore(ctx context.Context) bool {
 			if ctx.Err() != nil {
 				return false
 			}
-			p.repair(ctx, r.ref, r.addr, nil)
+			p.repair(ctx, r.ref, r.addr, nil, nil)
 		}
 		return true
 	}
@@ -659,17 +659,20 @@ func (p *pass) restore(ctx context.Context) bool {
 	for i, r := range p.restores {
 		recs[i] = ipaddress.IPAddress{Addr: r.addr, Parent: r.ref}
 	}
+	errs := p.a.RestoreRecords(ctx, recs)
+	adopted := p.adoptAll(ctx, recs, errs)
 	// Every outcome is reported, ctx ended or not: the records written
 	// stand.
-	for i, err := range p.a.RestoreRecords(ctx, recs) {
-		p.repair(ctx, recs[i].Parent, recs[i].Addr, err)
+	for i, err := range errs {
+		p.repair(ctx, recs[i].Parent, recs[i].Addr, err, adopted[i])
 	}
 	return true
 }
 
 // repair reports the record of a, held by ref, as restored, with the
-// error restoring it gave (a dry run: whether it would be).
-func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr, restored error) {
+// error restoring it gave (a dry run: whether it would be), or as adopted
+// by the Terminating CIDRs adoptedBy (adoptAll's; then restored is nil).
+func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr, restored error, adoptedBy []string) {
 	s, fam := a.String(), ipaddress.FamilyOf(a)
 	msg := p.repairedMsg(ref, a, nil)
 	var err error
@@ -688,7 +691,10 @@ func (p *pass) repair(ctx context.Context, ref ipaddress.ParentRef, a netip.Addr
 		// allocator decides from its view of the CIDRs, which may be newer
 		// than the pass's: a CIDR may have turned Terminating since.
 		err = restored
-		if errors.Is(err, allocator.ErrTerminating) {
+		switch {
+		case adoptedBy != nil:
+			msg = p.repairedMsg(ref, a, adoptedBy)
+		case errors.Is(err, allocator.ErrTerminating):
 			var names []string
 			names, err = p.adopt(ctx, ref, a)
 			if err == nil {
@@ -759,6 +765,70 @@ func (p *pass) terminatingAt(a netip.Addr) []string {
 		return true
 	})
 	return names
+}
+
+// adoptBatch is how many records adoptAll writes in one store call:
+// store/etcd's MaxBatch, as the allocator's batched writes.
+const adoptBatch = 64
+
+// adoptAll adopts the records recs[i] whose restore errs[i] refused with
+// ErrTerminating as adopt does, but up to adoptBatch in one write: the
+// records whose first Terminating CIDR is the same share its touching
+// fence. For each record adopted it sets errs[i] to nil and returns, at i,
+// the Terminating CIDRs containing it. The records of a write the store
+// refused as a whole (an address taken, the CIDR changed or gone since),
+// or whose CIDR could not be read, keep ErrTerminating, for adopt to take
+// one by one, reading the CIDRs again, so that each gets its own outcome.
+func (p *pass) adoptAll(ctx context.Context, recs []ipaddress.IPAddress, errs []error) [][]string {
+	adopted := make([][]string, len(recs))
+	var order []string // first Terminating CIDRs, in the order first met
+	groups := map[string][]int{}
+	for i, err := range errs {
+		if !errors.Is(err, allocator.ErrTerminating) {
+			continue
+		}
+		if order == nil {
+			// Read the CIDRs once, newer than the pass's, as adopt does.
+			p.index = cidrset.NewIndex(p.a.CIDRs())
+			order = []string{}
+		}
+		names := p.terminatingAt(recs[i].Addr)
+		if len(names) == 0 {
+			continue
+		}
+		if _, ok := groups[names[0]]; !ok {
+			order = append(order, names[0])
+		}
+		groups[names[0]] = append(groups[names[0]], i)
+		adopted[i] = names
+	}
+	for _, name := range order {
+		todo := groups[name]
+		c, err := p.a.GetCIDR(name)
+		for len(todo) > 0 {
+			n := min(len(todo), adoptBatch)
+			at := todo[:n]
+			todo = todo[n:]
+			if err == nil && ctx.Err() == nil {
+				batch := make([]ipaddress.IPAddress, len(at))
+				for j, i := range at {
+					batch[j] = ipaddress.IPAddress{Addr: recs[i].Addr, Parent: recs[i].Parent}
+				}
+				// Touch: as adopt's, so that a removal of the CIDR decided
+				// before these records existed fails.
+				if _, werr := p.st.CreateAddresses(ctx, batch, store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true}); werr == nil {
+					for _, i := range at {
+						errs[i] = nil
+					}
+					continue
+				}
+			}
+			for _, i := range at {
+				adopted[i] = nil // left to adopt
+			}
+		}
+	}
+	return adopted
 }
 
 // adopt records a, held by ref, inside the Terminating CIDRs containing it

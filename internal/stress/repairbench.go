@@ -2,6 +2,7 @@ package stress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -53,18 +54,55 @@ func RepairLostRecords(b *testing.B, a *allocator.Allocator, n int) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		recs, err := a.Store().ListAddresses(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i, err := range a.ReleaseRecords(ctx, recs) {
-			if err != nil {
-				b.Fatalf("releasing %s: %v", recs[i].Addr, err)
-			}
-		}
+		loseRecords(b, a, ipaddress.ParentRef{})
 		b.StartTimer()
 		if rep, err := r.Run(ctx); err != nil || rep.Count(repair.Repaired) != n {
 			b.Fatalf("a pass over %d lost records: %d written back, %v", n, rep.Count(repair.Repaired), err)
+		}
+	}
+}
+
+// RepairAdoptions is RepairLostRecords inside a Terminating CIDR: a's
+// CIDR "bench" (10.0.0.0/16) is deleted while one more address, held by
+// its own consumer, blocks it, and each pass writes the n lost records
+// back as adopted, so that the CIDR's removal waits for them.
+func RepairAdoptions(b *testing.B, a *allocator.Allocator, n int) {
+	ctx := context.Background()
+	consumers := make([]repair.Consumer, n, n+1)
+	for i := range consumers {
+		consumers[i] = repair.Consumer{Ref: benchOwner(i), Addrs: []string{benchAddr(i).String()}}
+	}
+	holder := repair.Consumer{Ref: benchOwner(n), Addrs: []string{benchAddr(n).String()}}
+	if _, err := a.Allocate(ctx, benchAddr(n), holder.Ref); err != nil {
+		b.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "bench"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		b.Fatalf("DeleteCIDR(bench) = %v, want it blocked by %s", err, benchAddr(n))
+	}
+	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(append(consumers, holder)...)}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		loseRecords(b, a, holder.Ref)
+		b.StartTimer()
+		if rep, err := r.Run(ctx); err != nil || rep.Count(repair.Repaired) != n {
+			b.Fatalf("a pass over %d lost records inside a Terminating CIDR: %d adopted, %v", n, rep.Count(repair.Repaired), err)
+		}
+	}
+}
+
+// loseRecords releases every record of a's store but those of keep, as a
+// store that lost them would hold them.
+func loseRecords(b *testing.B, a *allocator.Allocator, keep ipaddress.ParentRef) {
+	ctx := context.Background()
+	recs, err := a.Store().ListAddresses(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs = slices.DeleteFunc(recs, func(r ipaddress.IPAddress) bool { return r.Parent == keep })
+	for i, err := range a.ReleaseRecords(ctx, recs) {
+		if err != nil {
+			b.Fatalf("releasing %s: %v", recs[i].Addr, err)
 		}
 	}
 }

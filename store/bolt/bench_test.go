@@ -94,6 +94,15 @@ func BenchmarkRepairLostRecords(b *testing.B) {
 	stress.RepairLostRecords(b, benchAllocator(b), 1000)
 }
 
+// BenchmarkRepairAdoptions is a repair pass that writes back the records
+// of 1,000 addresses inside a Terminating CIDR, which the store lost, on
+// one node (stress.RepairAdoptions).
+//
+//	go test -run '^$' -bench RepairAdoptions -benchtime 5x ./store/bolt/
+func BenchmarkRepairAdoptions(b *testing.B) {
+	stress.RepairAdoptions(b, benchAllocator(b), 1000)
+}
+
 // BenchmarkRepairHandOvers is a repair pass that gives 1,000 records of
 // owners gone to the consumers holding their addresses, on one node
 // (stress.RepairHandOvers).

@@ -323,6 +323,17 @@ func BenchmarkRepairLostRecordsOverEtcd(b *testing.B) {
 	stress.RepairLostRecords(b, benchAllocator(b, c.newClient(b), "/bench-repair", "10.0.0.0/16"), 1000)
 }
 
+// BenchmarkRepairAdoptionsOverEtcd is a repair pass that writes back the
+// records of 1,000 addresses inside a Terminating CIDR, which the store
+// lost, over etcd, one embedded member with fsync on
+// (stress.RepairAdoptions).
+//
+//	go test -run '^$' -bench RepairAdoptionsOverEtcd -benchtime 5x ./store/etcd/
+func BenchmarkRepairAdoptionsOverEtcd(b *testing.B) {
+	c := startCluster(b, 1)
+	stress.RepairAdoptions(b, benchAllocator(b, c.newClient(b), "/bench-adopt", "10.0.0.0/16"), 1000)
+}
+
 // BenchmarkRepairHandOversOverEtcd is a repair pass that gives 1,000
 // records of owners gone to the consumers holding their addresses, over
 // etcd, one embedded member with fsync on (stress.RepairHandOvers).

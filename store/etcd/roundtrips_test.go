@@ -395,3 +395,42 @@ func TestRepairOverEtcdHandsOverInBatches(t *testing.T) {
 		}
 	}
 }
+
+// SPEC §6 with §4 over etcd: a repair pass records lost addresses inside
+// a Terminating CIDR, whose removal then waits for them, 64 in one
+// transaction touching the CIDR, where each alone took a transaction.
+func TestRepairOverEtcdAdoptsLostRecordsInBatches(t *testing.T) {
+	ctx, st, a, calls := countedAllocator(t)
+	if _, err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.1"), pod("held")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteCIDR(ctx, "pods"); !errors.Is(err, allocator.ErrDeletionBlocked) {
+		t.Fatalf("DeleteCIDR(pods) = %v, want blocked by 10.0.0.1", err)
+	}
+	consumers := []repair.Consumer{{Ref: pod("held"), Addrs: []string{"10.0.0.1"}}}
+	for i := range 100 {
+		consumers = append(consumers, repair.Consumer{Ref: pod(fmt.Sprint("p-", i)), Addrs: []string{fmt.Sprintf("10.0.0.%d", 10+i)}})
+	}
+	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(consumers...), LeakGrace: -1}
+	calls.reset()
+	rep, err := r.Run(ctx)
+	if err != nil || rep.Count(repair.Repaired) != 100 || len(rep.Events) != 100 {
+		t.Fatalf("a pass over 100 lost records inside Terminating CIDR pods: %d repaired, events %v, %v; want 100 repaired", rep.Count(repair.Repaired), rep.Events, err)
+	}
+	if tx := calls.of(kvTxn); tx != 2 {
+		t.Errorf("a pass adopting 100 records made %d transactions; want 2, of 64 and 36", tx)
+	}
+	for _, c := range consumers[1:] {
+		if rec, err := st.GetAddress(ctx, netip.MustParseAddr(c.Addrs[0])); err != nil || rec.Parent != c.Ref {
+			t.Errorf("%s after the pass: %+v, %v; want it %s's", c.Addrs[0], rec, err, c.Ref)
+		}
+	}
+	// The CIDR now waits for them: releasing the one that held it alone
+	// leaves it Terminating.
+	if err := a.Release(ctx, netip.MustParseAddr("10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.GetCIDR(ctx, "pods"); err != nil || !c.Terminating {
+		t.Errorf("pods after its first holder's release: %+v, %v; want it Terminating, held by the adopted records", c, err)
+	}
+}
