@@ -154,3 +154,46 @@ func TestRepairAdoptsEachRecordOfARefusedBatchOnItsOwn(t *testing.T) {
 		t.Fatalf("CIDR old after the pass: %v, want it kept", err)
 	}
 }
+
+// unknownOnBatch is the memory store, except that a create of more than
+// one record, once applied, answers that its outcome is unknown: the
+// answer of a store whose server took the write and lost the reply.
+type unknownOnBatch struct{ *memory.Store }
+
+func (s unknownOnBatch) CreateAddresses(ctx context.Context, recs []ipaddress.IPAddress, fences ...store.Fence) ([]ipaddress.IPAddress, error) {
+	out, err := s.Store.CreateAddresses(ctx, recs, fences...)
+	if err == nil && len(recs) > 1 {
+		return nil, fmt.Errorf("create of %d records: reply lost: %w", len(recs), store.ErrOutcomeUnknown)
+	}
+	return out, err
+}
+
+// A batched adoption whose outcome the store cannot tell is reported for
+// each of its records, with that error, as a single adoption's is: not
+// taken for a refusal, whose fallback would find the records held by
+// their own consumers and report nothing.
+func TestRepairReportsABatchedAdoptionOfUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := unknownOnBatch{memory.New(memory.WithClock(clk.Now))}
+	a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); st.Close() })
+	cs := lostInsideTerminating(t, ctx, a, 10)
+	clk.Advance(time.Hour)
+
+	rep, err := (&repair.Repairer{Allocator: a, Consumers: repair.NewStatic(cs...), Now: clk.Now}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Count(repair.Failed) != 10 || len(rep.Events) != 10 {
+		t.Fatalf("events %v; want the 10 adoptions reported Failed", rep.Events)
+	}
+	for _, ev := range rep.Events {
+		if !errors.Is(ev.Err, store.ErrOutcomeUnknown) {
+			t.Errorf("event %v: error %v, want it to match store.ErrOutcomeUnknown", ev, ev.Err)
+		}
+	}
+}

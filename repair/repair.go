@@ -775,10 +775,12 @@ const adoptBatch = 64
 // ErrTerminating as adopt does, but up to adoptBatch in one write: the
 // records whose first Terminating CIDR is the same share its touching
 // fence. For each record adopted it sets errs[i] to nil and returns, at i,
-// the Terminating CIDRs containing it. The records of a write the store
-// refused as a whole (an address taken, the CIDR changed or gone since),
-// or whose CIDR could not be read, keep ErrTerminating, for adopt to take
-// one by one, reading the CIDRs again, so that each gets its own outcome.
+// the Terminating CIDRs containing it; the records of a write whose
+// outcome the store could not tell get its ErrOutcomeUnknown. The records
+// of a write the store refused as a whole (an address taken, the CIDR
+// gone since), or whose CIDR could not be read, keep ErrTerminating, for
+// adopt to take one by one, reading the CIDRs again, so that each gets
+// its own outcome.
 func (p *pass) adoptAll(ctx context.Context, recs []ipaddress.IPAddress, errs []error) [][]string {
 	adopted := make([][]string, len(recs))
 	var order []string // first Terminating CIDRs, in the order first met
@@ -816,9 +818,15 @@ func (p *pass) adoptAll(ctx context.Context, recs []ipaddress.IPAddress, errs []
 				}
 				// Touch: as adopt's, so that a removal of the CIDR decided
 				// before these records existed fails.
-				if _, werr := p.st.CreateAddresses(ctx, batch, store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true}); werr == nil {
+				_, werr := p.st.CreateAddresses(ctx, batch, store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true})
+				if werr == nil || errors.Is(werr, store.ErrOutcomeUnknown) {
+					// Unknown: written or not, each reports it, as adopt's
+					// own write would; a retry would find them held.
 					for _, i := range at {
-						errs[i] = nil
+						errs[i] = werr
+						if werr != nil {
+							adopted[i] = nil
+						}
 					}
 					continue
 				}
