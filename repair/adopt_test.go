@@ -82,6 +82,31 @@ func TestRepairAdoptsLostRecordsIntoATerminatingCIDRInBatches(t *testing.T) {
 	}
 }
 
+// passOverLostInsideTerminating runs a pass over the records of
+// lostInsideTerminating(n), on an allocator over wrap's store around a
+// memory store, an hour after the records were written.
+func passOverLostInsideTerminating(t *testing.T, n int, wrap func(*memory.Store) store.Store) ([]repair.Consumer, repair.Report) {
+	t.Helper()
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := wrap(memory.New(memory.WithClock(clk.Now)))
+	a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); st.Close() })
+	cs := lostInsideTerminating(t, ctx, a, n)
+	clk.Advance(time.Hour)
+	rep, err := (&repair.Repairer{Allocator: a, Consumers: repair.NewStatic(cs...), Now: clk.Now}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range rep.Events {
+		t.Log(ev)
+	}
+	return cs, rep
+}
+
 // takingOnBatch is the memory store, except that just before its first
 // create of more than one record, the batch's last address is recorded
 // for owner thief: another writer took it after the pass listed the
@@ -108,24 +133,11 @@ func (s *takingOnBatch) CreateAddresses(ctx context.Context, recs []ipaddress.IP
 // adopted on its own, and the taken address is reported held twice.
 func TestRepairAdoptsEachRecordOfARefusedBatchOnItsOwn(t *testing.T) {
 	ctx := context.Background()
-	clk := &clock{now: time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)}
-	st := &takingOnBatch{Store: memory.New(memory.WithClock(clk.Now))}
-	a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); st.Close() })
-	cs := lostInsideTerminating(t, ctx, a, 10)
-	clk.Advance(time.Hour)
-
-	r := &repair.Repairer{Allocator: a, Consumers: repair.NewStatic(cs...), Now: clk.Now}
-	rep, err := r.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range rep.Events {
-		t.Log(ev)
-	}
+	var st *takingOnBatch
+	cs, rep := passOverLostInsideTerminating(t, 10, func(m *memory.Store) store.Store {
+		st = &takingOnBatch{Store: m}
+		return st
+	})
 	if st.err != nil || !st.taken.IsValid() {
 		t.Fatalf("taking an address under the batch: %v (taken %v)", st.err, st.taken)
 	}
@@ -173,21 +185,7 @@ func (s unknownOnBatch) CreateAddresses(ctx context.Context, recs []ipaddress.IP
 // taken for a refusal, whose fallback would find the records held by
 // their own consumers and report nothing.
 func TestRepairReportsABatchedAdoptionOfUnknownOutcome(t *testing.T) {
-	ctx := context.Background()
-	clk := &clock{now: time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)}
-	st := unknownOnBatch{memory.New(memory.WithClock(clk.Now))}
-	a, err := allocator.New(ctx, st, allocator.WithStrategy(allocator.Sequential()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); st.Close() })
-	cs := lostInsideTerminating(t, ctx, a, 10)
-	clk.Advance(time.Hour)
-
-	rep, err := (&repair.Repairer{Allocator: a, Consumers: repair.NewStatic(cs...), Now: clk.Now}).Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rep := passOverLostInsideTerminating(t, 10, func(m *memory.Store) store.Store { return unknownOnBatch{m} })
 	if rep.Count(repair.Failed) != 10 || len(rep.Events) != 10 {
 		t.Fatalf("events %v; want the 10 adoptions reported Failed", rep.Events)
 	}

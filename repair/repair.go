@@ -783,16 +783,16 @@ const adoptBatch = 64
 // its own outcome.
 func (p *pass) adoptAll(ctx context.Context, recs []ipaddress.IPAddress, errs []error) [][]string {
 	adopted := make([][]string, len(recs))
+	if !slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, allocator.ErrTerminating) }) {
+		return adopted
+	}
+	// Read the CIDRs once, newer than the pass's, as adopt does.
+	p.index = cidrset.NewIndex(p.a.CIDRs())
 	var order []string // first Terminating CIDRs, in the order first met
 	groups := map[string][]int{}
 	for i, err := range errs {
 		if !errors.Is(err, allocator.ErrTerminating) {
 			continue
-		}
-		if order == nil {
-			// Read the CIDRs once, newer than the pass's, as adopt does.
-			p.index = cidrset.NewIndex(p.a.CIDRs())
-			order = []string{}
 		}
 		names := p.terminatingAt(recs[i].Addr)
 		if len(names) == 0 {
@@ -805,12 +805,8 @@ func (p *pass) adoptAll(ctx context.Context, recs []ipaddress.IPAddress, errs []
 		adopted[i] = names
 	}
 	for _, name := range order {
-		todo := groups[name]
 		c, err := p.a.GetCIDR(name)
-		for len(todo) > 0 {
-			n := min(len(todo), adoptBatch)
-			at := todo[:n]
-			todo = todo[n:]
+		for at := range slices.Chunk(groups[name], adoptBatch) {
 			if err == nil && ctx.Err() == nil {
 				batch := make([]ipaddress.IPAddress, len(at))
 				for j, i := range at {
@@ -819,20 +815,22 @@ func (p *pass) adoptAll(ctx context.Context, recs []ipaddress.IPAddress, errs []
 				// Touch: as adopt's, so that a removal of the CIDR decided
 				// before these records existed fails.
 				_, werr := p.st.CreateAddresses(ctx, batch, store.Fence{CIDR: c.Name, Revision: c.Revision, Touch: true})
-				if werr == nil || errors.Is(werr, store.ErrOutcomeUnknown) {
-					// Unknown: written or not, each reports it, as adopt's
-					// own write would; a retry would find them held.
+				if werr == nil {
 					for _, i := range at {
-						errs[i] = werr
-						if werr != nil {
-							adopted[i] = nil
-						}
+						errs[i] = nil
 					}
 					continue
 				}
+				if errors.Is(werr, store.ErrOutcomeUnknown) {
+					// Written or not: each reports it, as adopt's own write
+					// would; adopt would find them held and say nothing.
+					for _, i := range at {
+						errs[i] = werr
+					}
+				}
 			}
 			for _, i := range at {
-				adopted[i] = nil // left to adopt
+				adopted[i] = nil // not adopted here
 			}
 		}
 	}
